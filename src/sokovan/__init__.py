@@ -1,0 +1,3 @@
+"""Sokovan: a cluster session orchestrator."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,48 @@
+"""Hints: "there is work for coordinator X", broadcast to every manager over Redis pub/sub.
+
+A hint only shortens a loop's wait; a lost hint costs at most one long-cycle interval, so
+pub/sub's at-most-once delivery is enough here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+import redis.asyncio as aioredis
+import structlog
+
+log = structlog.get_logger(__name__)
+
+
+def hint_channel(prefix: str) -> str:
+    return f"{prefix}:hints"
+
+
+class HintPublisher:
+    def __init__(self, redis: aioredis.Redis, prefix: str) -> None:
+        self._redis = redis
+        self._channel = hint_channel(prefix)
+
+    async def hint(self, coordinator: str) -> None:
+        await self._redis.publish(self._channel, coordinator)
+
+
+async def listen_hints(
+    redis: aioredis.Redis, prefix: str, on_hint: Callable[[str], None], stop: asyncio.Event
+) -> None:
+    """Call `on_hint(coordinator)` for every hint until `stop` is set."""
+    pubsub = redis.pubsub()
+    await pubsub.subscribe(hint_channel(prefix))
+    try:
+        while not stop.is_set():
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
+            if message is None:
+                continue
+            data = message.get("data")
+            on_hint(data.decode() if isinstance(data, bytes) else str(data))
+    finally:
+        with contextlib.suppress(Exception):
+            await pubsub.unsubscribe()
+            await pubsub.aclose()

@@ -1,0 +1,26 @@
+"""The `sokovan` console script: one click group; each command family lives in its own module."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# module path → attribute holding a click command or group
+COMMANDS: list[tuple[str, str]] = [
+    ("sokovan.cli.db_cmd", "db"),
+]
+
+
+@click.group()
+@click.version_option(package_name="sokovan")
+def cli() -> None:
+    """Sokovan: a cluster session orchestrator."""
+
+
+for module_name, attr in COMMANDS:
+    cli.add_command(getattr(importlib.import_module(module_name), attr))
+
+
+def main() -> None:
+    cli(prog_name="sokovan")

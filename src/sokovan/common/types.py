@@ -1,0 +1,124 @@
+"""Status enums and value types shared by the manager, the agents and the CLI.
+
+The names and values are the external contract (CONTRACT.md section 2).
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from typing import NewType
+
+SessionId = NewType("SessionId", uuid.UUID)
+KernelId = NewType("KernelId", uuid.UUID)
+AgentId = NewType("AgentId", str)
+
+
+class SessionStatus(enum.StrEnum):
+    PENDING = "PENDING"
+    SCHEDULED = "SCHEDULED"
+    PREPARING = "PREPARING"
+    PULLING = "PULLING"
+    PREPARED = "PREPARED"
+    CREATING = "CREATING"
+    RUNNING = "RUNNING"
+    TERMINATING = "TERMINATING"
+    TERMINATED = "TERMINATED"
+    ERROR = "ERROR"
+    CANCELLED = "CANCELLED"
+
+    @classmethod
+    def terminal(cls) -> frozenset[SessionStatus]:
+        return frozenset({cls.TERMINATED, cls.ERROR, cls.CANCELLED})
+
+    @classmethod
+    def non_terminal(cls) -> frozenset[SessionStatus]:
+        return frozenset(cls) - cls.terminal()
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in SessionStatus.terminal()
+
+
+class KernelStatus(enum.StrEnum):
+    PENDING = "PENDING"
+    SCHEDULED = "SCHEDULED"
+    PREPARING = "PREPARING"
+    PULLING = "PULLING"
+    PREPARED = "PREPARED"
+    CREATING = "CREATING"
+    RUNNING = "RUNNING"
+    TERMINATING = "TERMINATING"
+    TERMINATED = "TERMINATED"
+    ERROR = "ERROR"
+    CANCELLED = "CANCELLED"
+
+    @classmethod
+    def terminal(cls) -> frozenset[KernelStatus]:
+        return frozenset({cls.TERMINATED, cls.ERROR, cls.CANCELLED})
+
+    @classmethod
+    def non_terminal(cls) -> frozenset[KernelStatus]:
+        return frozenset(cls) - cls.terminal()
+
+    @classmethod
+    def allocated(cls) -> frozenset[KernelStatus]:
+        """Statuses in which a kernel holds slots on its agent."""
+        return cls.non_terminal() - {cls.PENDING}
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in KernelStatus.terminal()
+
+
+class AgentStatus(enum.StrEnum):
+    UNKNOWN = "UNKNOWN"
+    BOOTING = "BOOTING"
+    READY = "READY"
+    DEGRADED = "DEGRADED"
+    DOWN = "DOWN"
+    DRAINING = "DRAINING"
+    DRAINED = "DRAINED"
+    FAILED = "FAILED"
+
+
+class SchedulingResult(enum.StrEnum):
+    SUCCESS = "SUCCESS"
+    NEED_RETRY = "NEED_RETRY"
+    EXPIRED = "EXPIRED"
+    GIVE_UP = "GIVE_UP"
+    SKIPPED = "SKIPPED"
+
+
+class SessionResult(enum.StrEnum):
+    SUCCESS = "SUCCESS"
+    FAILURE = "FAILURE"
+
+
+class FailureCause(enum.StrEnum):
+    AGENT_TRANSIENT = "AGENT_TRANSIENT"
+    SCHEDULER_TIMEOUT = "SCHEDULER_TIMEOUT"
+    IMAGE_PULL_FAILURE = "IMAGE_PULL_FAILURE"
+    KERNEL_NONZERO_EXIT = "KERNEL_NONZERO_EXIT"
+    OOM_KILLED = "OOM_KILLED"
+    UNKNOWN = "UNKNOWN"
+    USER_CANCELLED = "USER_CANCELLED"
+    VALIDATION_ERROR = "VALIDATION_ERROR"
+    QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
+    DEPENDENCY_FAILED = "DEPENDENCY_FAILED"
+
+
+class SessionType(enum.StrEnum):
+    BATCH = "batch"
+    INTERACTIVE = "interactive"
+    INFERENCE = "inference"
+
+
+class ClusterMode(enum.StrEnum):
+    SINGLE_NODE = "single-node"
+    MULTI_NODE = "multi-node"
+
+
+class Role(enum.StrEnum):
+    USER = "user"
+    ADMIN = "admin"

@@ -1,0 +1,33 @@
+"""Declarative base, naming convention and the column types the models share."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+from sqlalchemy import DateTime, MetaData, func
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {
+        dict[str, str]: JSONB,
+        dict[str, object]: JSONB,
+        list[str]: JSONB,
+        uuid.UUID: UUID(as_uuid=True),
+        dt.datetime: DateTime(timezone=True),
+    }
+
+
+def created_at_column() -> Mapped[dt.datetime]:
+    return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)

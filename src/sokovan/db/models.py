@@ -1,0 +1,240 @@
+"""The core schema: tenancy, keypairs and policies, scaling groups, agents, sessions, kernels,
+dependencies, scheduling history and the audit log.
+
+Resource slots are JSONB objects of slot name → decimal string. An agent's `occupied_slots` is
+not stored: it is derived from the kernels that hold slots on it (see `repositories.agents`), so
+it cannot drift from the kernels and resources cannot leak.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from sokovan.db.base import Base, created_at_column
+
+SLOTS = JSONB
+EMPTY_JSON = text("'{}'::jsonb")
+EMPTY_LIST = text("'[]'::jsonb")
+
+
+class Domain(Base):
+    __tablename__ = "domains"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    total_resource_slots: Mapped[dict[str, Any] | None] = mapped_column(SLOTS, nullable=True)
+    retry_policy_default: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    created_at: Mapped[dt.datetime] = created_at_column()
+
+
+class Project(Base):
+    __tablename__ = "projects"
+    __table_args__ = (UniqueConstraint("domain_name", "name"),)
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    name: Mapped[str] = mapped_column(String(64), nullable=False)
+    domain_name: Mapped[str] = mapped_column(ForeignKey("domains.name"), nullable=False)
+    total_resource_slots: Mapped[dict[str, Any] | None] = mapped_column(SLOTS, nullable=True)
+    retry_policy_default: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    created_at: Mapped[dt.datetime] = created_at_column()
+
+
+class User(Base):
+    __tablename__ = "users"
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    name: Mapped[str] = mapped_column(String(64), nullable=False, unique=True)
+    domain_name: Mapped[str] = mapped_column(ForeignKey("domains.name"), nullable=False)
+    created_at: Mapped[dt.datetime] = created_at_column()
+
+
+class KeypairResourcePolicy(Base):
+    __tablename__ = "keypair_resource_policies"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # None: unlimited. Otherwise a slot it does not name counts as 0, unless
+    # default_for_unspecified is "unlimited".
+    total_resource_slots: Mapped[dict[str, Any] | None] = mapped_column(SLOTS, nullable=True)
+    default_for_unspecified: Mapped[str] = mapped_column(
+        String(16), nullable=False, server_default="limited"
+    )
+    max_concurrent_sessions: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_pending_sessions: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_session_lifetime: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[dt.datetime] = created_at_column()
+
+
+class Keypair(Base):
+    __tablename__ = "keypairs"
+    access_key: Mapped[str] = mapped_column(String(32), primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(128), nullable=False, unique=True)
+    user_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("users.id"), nullable=False)
+    project_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("projects.id"), nullable=False)
+    role: Mapped[str] = mapped_column(String(16), nullable=False)
+    resource_policy: Mapped[str | None] = mapped_column(
+        ForeignKey("keypair_resource_policies.name"), nullable=True
+    )
+    is_active: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("true"))
+    created_at: Mapped[dt.datetime] = created_at_column()
+
+
+class ScalingGroup(Base):
+    __tablename__ = "scaling_groups"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    scheduler: Mapped[str] = mapped_column(String(32), nullable=False, server_default="fifo")
+    agent_selection: Mapped[str] = mapped_column(
+        String(32), nullable=False, server_default="concentrated"
+    )
+    # Seconds a session may wait in PENDING before it is cancelled; 0 = forever.
+    pending_timeout: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")
+    allowed_session_types: Mapped[list[str]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'[\"batch\", \"interactive\", \"inference\"]'::jsonb")
+    )
+    scheduler_opts: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=EMPTY_JSON
+    )
+    created_at: Mapped[dt.datetime] = created_at_column()
+
+
+class Agent(Base):
+    __tablename__ = "agents"
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), nullable=False, index=True)
+    status_changed_at: Mapped[dt.datetime] = created_at_column()
+    scaling_group: Mapped[str] = mapped_column(ForeignKey("scaling_groups.name"), nullable=False)
+    available_slots: Mapped[dict[str, Any]] = mapped_column(SLOTS, nullable=False)
+    rpc_addr: Mapped[str] = mapped_column(String(256), nullable=False)
+    images: Mapped[list[str]] = mapped_column(JSONB, nullable=False, server_default=EMPTY_LIST)
+    boot_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    heartbeat_seq: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    last_heartbeat_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    schedulable: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("true"))
+    max_kernels: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    first_contact_at: Mapped[dt.datetime] = created_at_column()
+
+
+class Session(Base):
+    __tablename__ = "sessions"
+    __table_args__ = (
+        UniqueConstraint("access_key", "creation_id"),
+        Index("ix_sessions_status_sg", "status", "scaling_group"),
+        Index("ix_sessions_access_key_created", "access_key", "created_at"),
+    )
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    name: Mapped[str] = mapped_column(String(128), nullable=False)
+    creation_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    access_key: Mapped[str] = mapped_column(ForeignKey("keypairs.access_key"), nullable=False)
+    user_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("users.id"), nullable=False)
+    project_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("projects.id"), nullable=False)
+    domain_name: Mapped[str] = mapped_column(ForeignKey("domains.name"), nullable=False)
+    scaling_group: Mapped[str] = mapped_column(ForeignKey("scaling_groups.name"), nullable=False)
+    type: Mapped[str] = mapped_column(String(16), nullable=False)
+    image: Mapped[str] = mapped_column(String(256), nullable=False)
+    command: Mapped[str | None] = mapped_column(Text, nullable=True)
+    environ: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default=EMPTY_JSON)
+    # Per kernel; the session's total is resources × cluster_size.
+    resources: Mapped[dict[str, Any]] = mapped_column(SLOTS, nullable=False)
+    cluster_size: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
+    cluster_mode: Mapped[str] = mapped_column(String(16), nullable=False, server_default="single-node")
+    priority: Mapped[int] = mapped_column(Integer, nullable=False, server_default="10")
+    status: Mapped[str] = mapped_column(String(16), nullable=False)
+    result: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    status_info: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=EMPTY_JSON
+    )
+    status_changed_at: Mapped[dt.datetime] = created_at_column()
+    # How many times the handler of the current phase failed on this session.
+    phase_attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    created_at: Mapped[dt.datetime] = created_at_column()
+    terminated_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    parent_session_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("sessions.id"), nullable=True, index=True
+    )
+    retry_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    max_retries: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    retry_policy: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    retry_cause: Mapped[str | None] = mapped_column(String(32), nullable=True)
+
+
+class Kernel(Base):
+    __tablename__ = "kernels"
+    __table_args__ = (Index("ix_kernels_agent_status", "agent_id", "status"),)
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    session_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    cluster_role: Mapped[str] = mapped_column(String(16), nullable=False, server_default="main")
+    cluster_idx: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    agent_id: Mapped[str | None] = mapped_column(ForeignKey("agents.id"), nullable=True)
+    status: Mapped[str] = mapped_column(String(16), nullable=False, index=True)
+    status_info: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=EMPTY_JSON
+    )
+    status_changed_at: Mapped[dt.datetime] = created_at_column()
+    occupied_slots: Mapped[dict[str, Any]] = mapped_column(SLOTS, nullable=False)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[dt.datetime] = created_at_column()
+    terminated_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+
+
+class SessionDependency(Base):
+    __tablename__ = "session_dependencies"
+    session_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    depends_on: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+
+
+class SessionSchedulingHistory(Base):
+    __tablename__ = "session_scheduling_history"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    session_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    handler: Mapped[str] = mapped_column(String(64), nullable=False)
+    result: Mapped[str] = mapped_column(String(16), nullable=False)
+    from_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    to_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    attempt: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    created_at: Mapped[dt.datetime] = created_at_column()
+
+
+class KernelSchedulingHistory(Base):
+    __tablename__ = "kernel_scheduling_history"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    kernel_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("kernels.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    session_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    source: Mapped[str] = mapped_column(String(64), nullable=False)
+    from_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    to_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[dt.datetime] = created_at_column()
+
+
+class AuditLog(Base):
+    __tablename__ = "audit_log"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    actor: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    action: Mapped[str] = mapped_column(String(64), nullable=False)
+    target: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    detail: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default=EMPTY_JSON)
+    created_at: Mapped[dt.datetime] = created_at_column()

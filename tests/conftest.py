@@ -1,0 +1,97 @@
+"""Fixtures over real PostgreSQL, Redis and etcd.
+
+Each test run gets its own database (migrated once) and its own Redis/etcd key prefix;
+each test starts from empty tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import aetcd
+import pytest
+import redis.asyncio as aioredis
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from sokovan.common.settings import Settings
+from sokovan.db import migrate
+from sokovan.db.models import Base
+from tests import services
+
+RUN_ID = uuid.uuid4().hex[:8]
+
+
+@pytest.fixture(scope="session")
+def db_url() -> Iterator[str]:
+    admin_url = services.admin_db_url()
+    name = f"sokovan_test_{RUN_ID}"
+
+    async def _exec(sql: str) -> None:
+        engine = create_async_engine(admin_url, isolation_level="AUTOCOMMIT")
+        async with engine.connect() as conn:
+            await conn.execute(text(sql))
+        await engine.dispose()
+
+    asyncio.run(_exec(f'CREATE DATABASE "{name}"'))
+    url = f"{admin_url.rpartition('/')[0]}/{name}"
+    migrate.upgrade(url)
+    yield url
+    asyncio.run(_exec(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="session")
+def settings(db_url: str) -> Settings:
+    """Settings pointing at this run's database and key prefixes, for in-process and daemon tests."""
+    return Settings(
+        db_url=db_url,
+        redis_url=services.redis_url(),
+        etcd=services.etcd_addr(),
+        etcd_prefix=f"sokovan-test-{RUN_ID}",
+        cluster_secret=f"secret-{RUN_ID}",
+    )
+
+
+@pytest.fixture(scope="session")
+def service_env(settings: Settings) -> dict[str, str]:
+    """Environment for daemons started as subprocesses."""
+    env = dict(os.environ)
+    env.update(
+        SOKOVAN_DB_URL=settings.db_url,
+        SOKOVAN_REDIS_URL=settings.redis_url,
+        SOKOVAN_ETCD=settings.etcd,
+        SOKOVAN_ETCD_PREFIX=settings.etcd_prefix,
+        SOKOVAN_CLUSTER_SECRET=settings.cluster_secret or "",
+    )
+    return env
+
+
+@pytest.fixture
+async def engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
+    eng = create_async_engine(settings.db_url)
+    tables = ", ".join(f'"{t.name}"' for t in Base.metadata.sorted_tables)
+    async with eng.begin() as conn:
+        await conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+    yield eng
+    await eng.dispose()
+
+
+@pytest.fixture
+async def redis(settings: Settings) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(settings.redis_url)
+    yield client
+    keys = [k async for k in client.scan_iter(match=f"{settings.etcd_prefix}*")]
+    if keys:
+        await client.delete(*keys)
+    await client.aclose()
+
+
+@pytest.fixture
+async def etcd(settings: Settings) -> AsyncIterator[aetcd.Client]:
+    client = aetcd.Client(host=settings.etcd_host, port=settings.etcd_port)
+    yield client
+    await client.delete_prefix(f"{settings.etcd_prefix}/".encode())
+    await client.close()
