@@ -1,0 +1,140 @@
+"""Cluster settings in etcd: validated by pydantic, watched, applied live.
+
+Each section is one JSON object at `<prefix>/config/<section>`. A value that fails validation
+is ignored with a logged error and the previous value stays in force: never half-applied.
+A deleted key falls back to the defaults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+import aetcd
+import structlog
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+log = structlog.get_logger(__name__)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LoopSettings(_Strict):
+    """Coordinator loop timings, in seconds."""
+
+    long_cycle_interval: float = Field(2.0, gt=0, le=3600)
+    short_cycle_debounce: float = Field(0.005, ge=0, le=5)
+
+
+class PhaseLimit(_Strict):
+    """How long a session may stay in a phase (0 = forever) and how many tries it gets."""
+
+    timeout: float = Field(ge=0)
+    max_tries: int = Field(ge=1)
+
+
+class PhaseSettings(_Strict):
+    """Per-phase limits. `schedule` has no timeout here: the scaling group's pending_timeout rules."""
+
+    schedule: PhaseLimit = PhaseLimit(timeout=0, max_tries=1_000_000)
+    prepare: PhaseLimit = PhaseLimit(timeout=300, max_tries=3)
+    pulling: PhaseLimit = PhaseLimit(timeout=900, max_tries=3)
+    start: PhaseLimit = PhaseLimit(timeout=300, max_tries=3)
+    creating: PhaseLimit = PhaseLimit(timeout=300, max_tries=3)
+    terminate: PhaseLimit = PhaseLimit(timeout=120, max_tries=1_000_000)
+
+    def get(self, phase: str) -> PhaseLimit:
+        limit: PhaseLimit = getattr(self, phase)
+        return limit
+
+
+SECTIONS: dict[str, type[_Strict]] = {
+    "manager/loops": LoopSettings,
+    "manager/phases": PhaseSettings,
+}
+
+
+class ClusterConfig:
+    """The live view of the cluster settings; read its attributes at the point of use."""
+
+    def __init__(self) -> None:
+        self.loops = LoopSettings()
+        self.phases = PhaseSettings()
+        self._listeners: list[Callable[[str], None]] = []
+
+    def on_change(self, listener: Callable[[str], None]) -> None:
+        self._listeners.append(listener)
+
+    def apply(self, section: str, raw: bytes | None) -> bool:
+        """Validate and apply one section; False (and nothing changed) when the value is invalid."""
+        model = SECTIONS.get(section)
+        if model is None:
+            return False
+        try:
+            value: Any = model() if raw is None else model.model_validate(json.loads(raw))
+        except (ValidationError, ValueError) as exc:
+            log.error("cluster_config.invalid", section=section, error=str(exc))
+            return False
+        setattr(self, section.split("/")[-1], value)
+        log.info("cluster_config.applied", section=section)
+        for listener in self._listeners:
+            listener(section)
+        return True
+
+
+def validate_section(section: str, value: Any) -> _Strict:
+    """For writers (API, CLI): raise ValueError on an unknown section or an invalid value."""
+    model = SECTIONS.get(section)
+    if model is None:
+        raise ValueError(f"unknown config section {section!r}")
+    return model.model_validate(value)
+
+
+class EtcdConfigWatcher:
+    """Loads every section once, then follows changes under `<prefix>/config/`."""
+
+    def __init__(self, client: aetcd.Client, prefix: str, config: ClusterConfig) -> None:
+        self._client = client
+        self._root = f"{prefix}/config/"
+        self._config = config
+
+    def _section(self, key: bytes) -> str:
+        return key.decode()[len(self._root) :]
+
+    async def load(self) -> None:
+        result = await self._client.get_prefix(self._root.encode())
+        for kv in result:
+            self._config.apply(self._section(kv.key), kv.value)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self._watch(stop)
+            except Exception:
+                log.exception("cluster_config.watch_failed")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 2.0)
+
+    async def _watch(self, stop: asyncio.Event) -> None:
+        await self.load()  # catch up on anything missed while (re)connecting
+        iterator = await self._client.watch_prefix(self._root.encode())
+        stopper = asyncio.create_task(stop.wait())
+        try:
+            while not stop.is_set():
+                nxt = asyncio.ensure_future(iterator.__anext__())
+                done, _ = await asyncio.wait({nxt, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                if nxt not in done:
+                    nxt.cancel()
+                    break
+                event = nxt.result()
+                deleted = "DELETE" in str(getattr(event, "kind", "")).upper()
+                self._config.apply(self._section(event.kv.key), None if deleted else event.kv.value)
+        finally:
+            stopper.cancel()
+            with contextlib.suppress(Exception):
+                await iterator.cancel()

@@ -1,0 +1,89 @@
+"""`sokovan manager`: the REST v2 API and the SokovanOrchestrator in one process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+
+import aetcd
+import redis.asyncio as aioredis
+import structlog
+from aiohttp import web
+
+from sokovan.bus.hints import HintPublisher, listen_hints
+from sokovan.bus.streams import EventConsumer
+from sokovan.common.rpc import AgentRPCClient
+from sokovan.common.settings import Settings
+from sokovan.config.cluster import ClusterConfig, EtcdConfigWatcher
+from sokovan.db.engine import make_engine
+from sokovan.manager.api.app import create_app
+from sokovan.manager.context import ManagerContext
+from sokovan.manager.event_dispatch import EventDispatcher
+from sokovan.orchestrator.orchestrator import SokovanOrchestrator
+
+log = structlog.get_logger(__name__)
+
+
+async def run_manager(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    if not settings.cluster_secret:
+        raise RuntimeError("SOKOVAN_CLUSTER_SECRET is not set")
+    stop = stop or asyncio.Event()
+    engine = make_engine(settings.db_url)
+    redis = aioredis.Redis.from_url(settings.redis_url)
+    etcd = aetcd.Client(host=settings.etcd_host, port=settings.etcd_port)
+    rpc = AgentRPCClient(settings.cluster_secret)
+    hints = HintPublisher(redis, settings.etcd_prefix)
+    config = ClusterConfig()
+    watcher = EtcdConfigWatcher(etcd, settings.etcd_prefix, config)
+    await watcher.load()
+    orchestrator = SokovanOrchestrator(engine, rpc, config)
+    consumer = EventConsumer(
+        redis,
+        settings.etcd_prefix,
+        settings.cluster_secret,
+        consumer=f"{socket.gethostname()}-{os.getpid()}",
+        handler=EventDispatcher(engine, hints),
+    )
+    ctx = ManagerContext(settings=settings, engine=engine, redis=redis, etcd=etcd, hints=hints, rpc=rpc)
+    runner = web.AppRunner(create_app(ctx), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.api_host, settings.api_port)
+    await site.start()
+    log.info("manager.started", api=f"http://{settings.api_bind}")
+    tasks = [
+        asyncio.create_task(orchestrator.run(stop), name="orchestrator"),
+        asyncio.create_task(consumer.run(stop), name="event-consumer"),
+        asyncio.create_task(watcher.run(stop), name="config-watcher"),
+        asyncio.create_task(listen_hints(redis, settings.etcd_prefix, orchestrator.hint, stop), name="hints"),
+    ]
+    orchestrator.hint("schedule")  # pick up whatever was left in flight before a restart
+    try:
+        stopper = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is not stopper and task.exception() is not None:
+                log.error("manager.task_failed", task=task.get_name(), error=repr(task.exception()))
+    finally:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
+        await runner.cleanup()
+        await rpc.close()
+        await redis.aclose()
+        await etcd.close()
+        await engine.dispose()
+        log.info("manager.stopped")
+
+
+def serve(settings: Settings) -> None:
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await run_manager(settings, stop)
+
+    asyncio.run(main())

@@ -1,0 +1,253 @@
+"""Guarded status writes: the only way a session's or a kernel's status changes.
+
+Every write is a compare-and-set: a session moves only if it is still in one of the statuses the
+caller expected, and its history row is written in the same transaction. A session that moved
+on in the meantime is *stale*: it is left alone and the attempt is recorded as such, never
+raised as an error. All statements are batched over the given sessions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import bindparam, case, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from sokovan.common.types import KernelStatus, SchedulingResult, SessionResult, SessionStatus
+from sokovan.db.models import Kernel, KernelSchedulingHistory, Session, SessionSchedulingHistory
+
+# Statuses whose kernels are swept along when a session moves and no kernel guard is given.
+_LIVE_KERNELS = frozenset(KernelStatus.non_terminal())
+
+
+@dataclass(frozen=True)
+class SessionTransition:
+    """Move one session (and optionally its kernels) if it is still where the caller saw it.
+
+    `to_status=None` keeps the status and only records history (and the status_info patch).
+    `status_info` is merged into the stored one; `reset_attempts` starts the phase counter anew,
+    `attempt` is what the history row shows.
+    """
+
+    session_id: uuid.UUID
+    expected: frozenset[SessionStatus]
+    to_status: SessionStatus | None
+    handler: str
+    result: SchedulingResult
+    kernel_to: KernelStatus | None = None
+    kernel_expected: frozenset[KernelStatus] = _LIVE_KERNELS
+    session_result: SessionResult | None = None
+    status_info: dict[str, Any] | None = None
+    message: str | None = None
+    attempt: int = 0
+    bump_attempts: bool = False
+    reset_attempts: bool = False
+
+
+@dataclass
+class AppliedTransitions:
+    applied: list[uuid.UUID] = field(default_factory=list)
+    stale: list[uuid.UUID] = field(default_factory=list)
+    # session id → (from, to) for the sessions whose status actually changed
+    moved: dict[uuid.UUID, tuple[SessionStatus, SessionStatus]] = field(default_factory=dict)
+
+
+async def apply_session_transitions(
+    conn: AsyncConnection, transitions: Sequence[SessionTransition]
+) -> AppliedTransitions:
+    """Apply `transitions` in the caller's transaction; returns what was applied and what was stale."""
+    out = AppliedTransitions()
+    if not transitions:
+        return out
+    ids = [t.session_id for t in transitions]
+    rows = await conn.execute(
+        select(Session.id, Session.status, Session.status_info, Session.phase_attempts)
+        .where(Session.id.in_(ids))
+        .with_for_update()
+    )
+    current = {r.id: (SessionStatus(r.status), dict(r.status_info or {}), r.phase_attempts) for r in rows}
+    now = dt.datetime.now(dt.UTC)
+    session_rows: list[dict[str, Any]] = []
+    history_rows: list[dict[str, Any]] = []
+    kernel_moves: dict[tuple[KernelStatus, frozenset[KernelStatus]], list[uuid.UUID]] = {}
+    for t in transitions:
+        state = current.get(t.session_id)
+        if state is None:
+            continue
+        status, info, attempts = state
+        if status not in t.expected:
+            out.stale.append(t.session_id)
+            history_rows.append(
+                _history(t, status, status, f"stale: expected {sorted(t.expected)}, found {status}", now)
+            )
+            continue
+        target = t.to_status or status
+        new_info = {**info, **(t.status_info or {})}
+        if target != SessionStatus.PENDING and "pending_reason" not in (t.status_info or {}):
+            new_info.pop("pending_reason", None)  # only a waiting session has a reason to wait
+        new_attempts = 0 if (t.reset_attempts or target != status) else attempts + int(t.bump_attempts)
+        session_rows.append(
+            {
+                "b_id": t.session_id,
+                "b_status": target.value,
+                "b_info": new_info,
+                "b_attempts": new_attempts,
+                "b_changed": now if target != status else None,
+                "b_terminated": now if target.is_terminal and not status.is_terminal else None,
+                "b_result": t.session_result.value if t.session_result else None,
+                "b_set_result": t.session_result is not None,
+            }
+        )
+        history_rows.append(_history(t, status, target, t.message, now))
+        out.applied.append(t.session_id)
+        if target != status:
+            out.moved[t.session_id] = (status, target)
+        if t.kernel_to is not None:
+            kernel_moves.setdefault((t.kernel_to, t.kernel_expected), []).append(t.session_id)
+        # Cache the new state so two transitions of one session in a batch chain correctly.
+        current[t.session_id] = (target, new_info, new_attempts)
+    if session_rows:
+        await conn.execute(
+            update(Session)
+            .where(Session.id == bindparam("b_id"))
+            .values(
+                status=bindparam("b_status"),
+                status_info=bindparam("b_info"),
+                phase_attempts=bindparam("b_attempts"),
+                status_changed_at=func.coalesce(bindparam("b_changed"), Session.status_changed_at),
+                terminated_at=func.coalesce(Session.terminated_at, bindparam("b_terminated")),
+                result=_keep_or_set(),
+            )
+            .execution_options(synchronize_session=False),
+            session_rows,
+        )
+    if history_rows:
+        await conn.execute(insert(SessionSchedulingHistory), history_rows)
+    for (kernel_to, kernel_expected), session_ids in kernel_moves.items():
+        await move_kernels_of_sessions(
+            conn, session_ids, kernel_expected, kernel_to, source="session", now=now
+        )
+    return out
+
+
+def _keep_or_set() -> Any:
+    return case((bindparam("b_set_result"), bindparam("b_result")), else_=Session.result)
+
+
+def _history(
+    t: SessionTransition,
+    from_status: SessionStatus,
+    to_status: SessionStatus,
+    message: str | None,
+    now: dt.datetime,
+) -> dict[str, Any]:
+    return {
+        "session_id": t.session_id,
+        "handler": t.handler,
+        "result": t.result.value,
+        "from_status": from_status.value,
+        "to_status": to_status.value,
+        "message": message,
+        "attempt": t.attempt,
+        "created_at": now,
+    }
+
+
+async def move_kernels_of_sessions(
+    conn: AsyncConnection,
+    session_ids: Sequence[uuid.UUID],
+    expected: frozenset[KernelStatus],
+    to_status: KernelStatus,
+    *,
+    source: str,
+    now: dt.datetime | None = None,
+) -> list[uuid.UUID]:
+    """Move every kernel of `session_ids` that is in `expected` to `to_status` (guarded, batched)."""
+    now = now or dt.datetime.now(dt.UTC)
+    values: dict[str, Any] = {"status": to_status.value, "status_changed_at": now}
+    if to_status.is_terminal:
+        values["terminated_at"] = func.coalesce(Kernel.terminated_at, now)
+    if to_status == KernelStatus.PENDING:
+        values["agent_id"] = None  # back in the queue: it holds nothing on any agent
+    moved = await conn.execute(
+        update(Kernel)
+        .where(Kernel.session_id.in_(session_ids), Kernel.status.in_([s.value for s in expected]))
+        .values(**values)
+        .returning(Kernel.id, Kernel.session_id)
+        .execution_options(synchronize_session=False)
+    )
+    rows = moved.all()
+    if rows:
+        await conn.execute(
+            insert(KernelSchedulingHistory),
+            [
+                {
+                    "kernel_id": r.id,
+                    "session_id": r.session_id,
+                    "source": source,
+                    "from_status": None,
+                    "to_status": to_status.value,
+                    "message": None,
+                    "created_at": now,
+                }
+                for r in rows
+            ],
+        )
+    return [r.id for r in rows]
+
+
+@dataclass(frozen=True)
+class KernelTransition:
+    """Move one kernel if it is still in `expected` (used for agent events)."""
+
+    kernel_id: uuid.UUID
+    expected: frozenset[KernelStatus]
+    to_status: KernelStatus
+    source: str
+    exit_code: int | None = None
+    status_info: dict[str, Any] | None = None
+    message: str | None = None
+    # When set, the kernel moves only if it is placed on this agent (events from a stale agent
+    # about a kernel that has been rescheduled elsewhere are ignored).
+    agent_id: str | None = None
+
+
+async def apply_kernel_transition(conn: AsyncConnection, t: KernelTransition) -> uuid.UUID | None:
+    """Returns the kernel's session id when the kernel moved, None when it was stale or unknown."""
+    now = dt.datetime.now(dt.UTC)
+    row = (
+        await conn.execute(
+            select(Kernel.status, Kernel.session_id, Kernel.status_info, Kernel.agent_id)
+            .where(Kernel.id == t.kernel_id)
+            .with_for_update()
+        )
+    ).first()
+    if row is None or KernelStatus(row.status) not in t.expected:
+        return None
+    if t.agent_id is not None and row.agent_id != t.agent_id:
+        return None
+    values: dict[str, Any] = {"status": t.to_status.value, "status_changed_at": now}
+    if t.exit_code is not None:
+        values["exit_code"] = t.exit_code
+    if t.status_info:
+        values["status_info"] = {**(row.status_info or {}), **t.status_info}
+    if t.to_status.is_terminal:
+        values["terminated_at"] = now
+    await conn.execute(update(Kernel).where(Kernel.id == t.kernel_id).values(**values))
+    await conn.execute(
+        insert(KernelSchedulingHistory).values(
+            kernel_id=t.kernel_id,
+            session_id=row.session_id,
+            source=t.source,
+            from_status=row.status,
+            to_status=t.to_status.value,
+            message=t.message,
+            created_at=now,
+        )
+    )
+    session_id: uuid.UUID = row.session_id
+    return session_id

@@ -1,0 +1,74 @@
+"""One generic coordinator loop: a short cycle that runs when hinted and a long cycle that
+always runs. Each waits on any(hint, sleep(interval), stop); cycles of one loop never overlap."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+
+class CoordinatorLoop:
+    def __init__(
+        self,
+        name: str,
+        cycle: Callable[[], Awaitable[bool]],
+        long_interval: Callable[[], float],
+        debounce: Callable[[], float] = lambda: 0.005,
+    ) -> None:
+        """`cycle` returns True when it moved something (then it runs again at once)."""
+        self.name = name
+        self._cycle = cycle
+        self._long_interval = long_interval
+        self._debounce = debounce
+        self._hint = asyncio.Event()
+        self._lock = asyncio.Lock()
+
+    def hint(self) -> None:
+        self._hint.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await asyncio.gather(self._short(stop), self._long(stop))
+
+    async def _short(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            if not await _wait_any(self._hint, stop, None):
+                continue
+            await asyncio.sleep(self._debounce())  # coalesce a burst of hints into one cycle
+            self._hint.clear()
+            await self._run_once("short")
+
+    async def _long(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await _wait_any(stop, None, self._long_interval())
+            if not stop.is_set():
+                await self._run_once("long")
+
+    async def _run_once(self, kind: str) -> None:
+        async with self._lock:
+            try:
+                moved = await self._cycle()
+            except Exception:
+                log.exception("coordinator.cycle_failed", coordinator=self.name, kind=kind)
+                return
+        if moved:
+            self._hint.set()
+
+
+async def _wait_any(a: asyncio.Event, b: asyncio.Event | None, seconds: float | None) -> bool:
+    """Wait until `a` or `b` is set or `seconds` pass; True when `a` is set."""
+    waiters = [asyncio.ensure_future(a.wait())]
+    if b is not None:
+        waiters.append(asyncio.ensure_future(b.wait()))
+    try:
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await w
+    return a.is_set()

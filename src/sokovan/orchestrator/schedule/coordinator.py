@@ -1,0 +1,250 @@
+"""ScheduleCoordinator: runs the session handlers and applies what they report.
+
+Handlers only say success / failure / skip. The coordinator judges failures (NEED_RETRY or
+GIVE_UP, by `classify_failure`) and waits (EXPIRED, by `is_expired`), then applies the handler's
+transition table through guarded, batched writes with history (`apply_session_transitions`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from sokovan.common.types import FailureCause, KernelStatus, SchedulingResult, SessionStatus
+from sokovan.config.cluster import ClusterConfig
+from sokovan.manager.repositories.transitions import SessionTransition, apply_session_transitions
+from sokovan.orchestrator.classify import classify_failure, is_expired
+from sokovan.orchestrator.handler_types import (
+    HandlerResult,
+    LifecycleHandler,
+    SessionPromotionHandler,
+    SessionWithKernels,
+    TransitionStatus,
+    kernels_match,
+)
+from sokovan.orchestrator.locks import CycleLock
+from sokovan.orchestrator.schedule.endings import cancelled_result, final_status
+from sokovan.orchestrator.schedule.repository import fetch_sessions
+
+log = structlog.get_logger(__name__)
+
+Handler = LifecycleHandler | SessionPromotionHandler
+
+
+class ScheduleCoordinator:
+    name = "schedule"
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        config: ClusterConfig,
+        handlers: Sequence[Handler],
+        lock: CycleLock | None = None,
+    ) -> None:
+        self._engine = engine
+        self._config = config
+        self._handlers = list(handlers)
+        self._lock = lock
+
+    async def cycle(self) -> bool:
+        """Run every handler once; True when any session moved."""
+        if self._lock is not None:
+            async with self._lock.hold(self.name) as acquired:
+                return await self._cycle() if acquired else False
+        return await self._cycle()
+
+    async def _cycle(self) -> bool:
+        moved = False
+        for handler in self._handlers:
+            if isinstance(handler, LifecycleHandler):
+                moved |= await self.run_lifecycle(handler)
+            else:
+                moved |= await self.run_promotion(handler)
+        return moved
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def run_lifecycle(self, handler: LifecycleHandler) -> bool:
+        async with self._engine.connect() as conn:
+            targets = await fetch_sessions(
+                conn, handler.target_session_statuses, handler.target_kernel_statuses
+            )
+        if not targets:
+            return False
+        result = await handler.execute(targets)
+        return await self._handle_result(handler, result, targets)
+
+    async def _handle_result(
+        self, handler: LifecycleHandler, result: HandlerResult, sessions: Sequence[SessionWithKernels]
+    ) -> bool:
+        table = handler.status_transitions()
+        limit = self._config.phases.get(handler.phase)
+        now = dt.datetime.now(dt.UTC)
+        by_id = {s.id: s for s in sessions}
+        expected = handler.target_session_statuses
+        kernel_guard = handler.target_kernel_statuses or KernelStatus.non_terminal()
+        out: list[SessionTransition] = []
+
+        def add(sid: uuid.UUID, res: SchedulingResult, to: TransitionStatus | None, **kw: Any) -> None:
+            out.append(self._transition(handler.name(), by_id[sid], expected, res, to, **kw))
+
+        for sid in result.successes:
+            add(
+                sid,
+                SchedulingResult.SUCCESS,
+                table.success,
+                kernel_expected=kernel_guard,
+                info=result.success_info.get(sid),
+            )
+        for sid, message in result.failures.items():
+            verdict = classify_failure(by_id[sid].phase_attempts, limit.max_tries)
+            to = table.give_up if verdict is SchedulingResult.GIVE_UP else table.need_retry
+            add(sid, verdict, to, message=message, bump=True, info=_give_up_info(verdict, message, to))
+        attempted = set(result.successes) | set(result.failures)
+        for session in sessions:
+            if session.id in attempted:
+                continue
+            if is_expired(session.status_changed_at, now, self._timeout(handler, session)):
+                message = f"{session.status} for longer than its timeout"
+                add(
+                    session.id,
+                    SchedulingResult.EXPIRED,
+                    table.expired,
+                    message=message,
+                    info=_timeout_info(session, message),
+                )
+            elif session.id in result.skipped:
+                reason = result.skipped[session.id]
+                if (
+                    session.status == SessionStatus.PENDING
+                    and session.status_info.get("pending_reason") != reason
+                ):
+                    add(
+                        session.id,
+                        SchedulingResult.SKIPPED,
+                        None,
+                        message=reason,
+                        info={"pending_reason": reason},
+                    )
+        return await self._apply(out)
+
+    def _timeout(self, handler: LifecycleHandler, session: SessionWithKernels) -> float:
+        if session.status == SessionStatus.PENDING:
+            return session.pending_timeout
+        return self._config.phases.get(handler.phase).timeout
+
+    # -- promotion ---------------------------------------------------------------------------
+
+    async def run_promotion(self, handler: SessionPromotionHandler) -> bool:
+        async with self._engine.connect() as conn:
+            targets = await fetch_sessions(conn, handler.target_session_statuses)
+        if not targets:
+            return False
+        now = dt.datetime.now(dt.UTC)
+        out: list[SessionTransition] = []
+        for session in targets:
+            if kernels_match(session.kernels, handler.check_kernel_statuses, handler.match_type):
+                status, result, info = handler.outcome(session)
+                out.append(
+                    self._transition(
+                        handler.name(),
+                        session,
+                        handler.target_session_statuses,
+                        SchedulingResult.SUCCESS,
+                        TransitionStatus(status, None),
+                        info=info,
+                        session_result=result,
+                    )
+                )
+            elif session.status in handler.expiring_statuses and is_expired(
+                session.status_changed_at, now, self._config.phases.get(handler.phase).timeout
+            ):
+                message = f"{session.status} for longer than the {handler.phase} timeout"
+                out.append(
+                    self._transition(
+                        handler.name(),
+                        session,
+                        handler.target_session_statuses,
+                        SchedulingResult.EXPIRED,
+                        TransitionStatus(SessionStatus.TERMINATING, None),
+                        message=message,
+                        info=_timeout_info(session, message),
+                    )
+                )
+        return await self._apply(out)
+
+    # -- shared ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _transition(
+        handler: str,
+        session: SessionWithKernels,
+        expected: frozenset[SessionStatus],
+        res: SchedulingResult,
+        to: TransitionStatus | None,
+        *,
+        message: str | None = None,
+        info: dict[str, Any] | None = None,
+        bump: bool = False,
+        kernel_expected: frozenset[KernelStatus] | None = None,
+        session_result: Any = None,
+    ) -> SessionTransition:
+        to_status = to.session if to else None
+        kernel_to = to.kernel if to else None
+        merged = {**session.status_info, **(info or {})}
+        if to_status in (SessionStatus.TERMINATED, SessionStatus.ERROR):
+            # Whatever table entry ends a session, the cause it carries decides how it ends.
+            to_status, session_result = final_status(merged)
+        elif to_status == SessionStatus.CANCELLED:
+            session_result = cancelled_result(merged)
+        if kernel_expected is None or (to_status is not None and to_status.is_terminal):
+            kernel_expected = KernelStatus.non_terminal()
+        if kernel_to == KernelStatus.PENDING:
+            kernel_expected = KernelStatus.non_terminal()
+        return SessionTransition(
+            session_id=session.id,
+            expected=expected,
+            to_status=to_status,
+            handler=handler,
+            result=res,
+            kernel_to=kernel_to,
+            kernel_expected=kernel_expected,
+            session_result=session_result,
+            status_info=info,
+            message=message,
+            attempt=session.phase_attempts + (1 if bump else 0),
+            bump_attempts=bump,
+        )
+
+    async def _apply(self, transitions: list[SessionTransition]) -> bool:
+        if not transitions:
+            return False
+        async with self._engine.begin() as conn:
+            applied = await apply_session_transitions(conn, transitions)
+        for sid, (src, dst) in applied.moved.items():
+            log.info("session.status", session_id=str(sid), from_status=src.value, to_status=dst.value)
+        return bool(applied.moved) or any(
+            t.kernel_to is not None for t in transitions if t.session_id in applied.applied
+        )
+
+
+def _give_up_info(
+    verdict: SchedulingResult, message: str, to: TransitionStatus | None
+) -> dict[str, Any] | None:
+    if verdict is not SchedulingResult.GIVE_UP or to is None or to.session is None:
+        return None
+    if to.session.is_terminal:
+        return {"cause": FailureCause.AGENT_TRANSIENT.value, "message": message}
+    return {"last_failure": message}
+
+
+def _timeout_info(session: SessionWithKernels, message: str) -> dict[str, Any]:
+    """A timeout is the cause unless the session already carries one (e.g. the user's request)."""
+    if "cause" in session.status_info:
+        return {"timeout": message}
+    return {"cause": FailureCause.SCHEDULER_TIMEOUT.value, "message": message}

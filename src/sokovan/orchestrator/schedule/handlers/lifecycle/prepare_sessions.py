@@ -1,0 +1,55 @@
+"""SCHEDULED → PREPARING: ask each kernel's agent to check for (and pull) the image.
+
+The agents answer with kernel events (pulling, prepared, image-pull-failed);
+PromoteToPrepared moves the session on once every kernel is ready.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sokovan.common.rpc import AgentRPCClient
+from sokovan.common.types import KernelStatus, SessionStatus
+from sokovan.orchestrator.handler_types import (
+    HandlerResult,
+    KernelInfo,
+    LifecycleHandler,
+    SessionWithKernels,
+    StatusTransitions,
+    TransitionStatus,
+)
+from sokovan.orchestrator.schedule.agent_calls import fan_out, kernel_spec
+
+
+class PrepareSessions(LifecycleHandler):
+    phase = "prepare"
+
+    @classmethod
+    def name(cls) -> str:
+        return "PrepareSessions"
+
+    @property
+    def target_session_statuses(self) -> frozenset[SessionStatus]:
+        return frozenset({SessionStatus.SCHEDULED})
+
+    @property
+    def target_kernel_statuses(self) -> frozenset[KernelStatus] | None:
+        return frozenset({KernelStatus.SCHEDULED})
+
+    @classmethod
+    def status_transitions(cls) -> StatusTransitions:
+        return StatusTransitions(
+            success=TransitionStatus(SessionStatus.PREPARING, KernelStatus.PREPARING),
+            need_retry=None,
+            expired=TransitionStatus(SessionStatus.PENDING, KernelStatus.PENDING),
+            give_up=TransitionStatus(SessionStatus.PENDING, KernelStatus.PENDING),
+        )
+
+    def __init__(self, rpc: AgentRPCClient) -> None:
+        self._rpc = rpc
+
+    async def execute(self, targets: Sequence[SessionWithKernels]) -> HandlerResult:
+        async def call(addr: str, items: list[tuple[SessionWithKernels, KernelInfo]]) -> object:
+            return await self._rpc.check_and_pull(addr, [kernel_spec(s, k) for s, k in items])
+
+        return await fan_out(targets, lambda k: k.status == KernelStatus.SCHEDULED, call)

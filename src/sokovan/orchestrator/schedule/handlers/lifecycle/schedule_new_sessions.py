@@ -1,0 +1,89 @@
+"""PENDING → SCHEDULED: place waiting sessions on agents through the provisioner."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from sokovan.common.types import KernelStatus, SessionStatus
+from sokovan.orchestrator.handler_types import (
+    HandlerResult,
+    LifecycleHandler,
+    SessionWithKernels,
+    StatusTransitions,
+    TransitionStatus,
+)
+from sokovan.orchestrator.provisioner import registry
+from sokovan.orchestrator.provisioner.allocator import RepositoryAllocator
+from sokovan.orchestrator.provisioner.loader import load_snapshots
+from sokovan.orchestrator.provisioner.pipeline import Provisioner
+
+log = structlog.get_logger(__name__)
+
+
+class ScheduleNewSessions(LifecycleHandler):
+    phase = "schedule"
+
+    @classmethod
+    def name(cls) -> str:
+        return "ScheduleNewSessions"
+
+    @property
+    def target_session_statuses(self) -> frozenset[SessionStatus]:
+        return frozenset({SessionStatus.PENDING})
+
+    @property
+    def target_kernel_statuses(self) -> frozenset[KernelStatus] | None:
+        return frozenset({KernelStatus.PENDING})
+
+    @classmethod
+    def status_transitions(cls) -> StatusTransitions:
+        return StatusTransitions(
+            success=TransitionStatus(SessionStatus.SCHEDULED, KernelStatus.SCHEDULED),
+            need_retry=None,
+            expired=TransitionStatus(SessionStatus.CANCELLED, KernelStatus.CANCELLED),
+            give_up=TransitionStatus(SessionStatus.CANCELLED, KernelStatus.CANCELLED),
+        )
+
+    def __init__(self, engine: AsyncEngine, allocator: RepositoryAllocator | None = None) -> None:
+        self._engine = engine
+        self._allocator = allocator or RepositoryAllocator()
+
+    async def execute(self, targets: Sequence[SessionWithKernels]) -> HandlerResult:
+        result = HandlerResult()
+        by_sg: dict[str, list[SessionWithKernels]] = defaultdict(list)
+        for session in targets:
+            if session.kernels and all(k.agent_id is not None for k in session.kernels):
+                result.successes.append(session.id)  # placed by an earlier cycle that did not finish
+            else:
+                by_sg[session.scaling_group].append(session)
+        if not by_sg:
+            return result
+        async with self._engine.begin() as conn:
+            snapshots = await load_snapshots(conn, by_sg, {s.access_key for s in targets})
+            for sg_name, sessions in by_sg.items():
+                snapshot = snapshots.get(sg_name)
+                if snapshot is None:
+                    result.skipped.update(
+                        {s.id: f"scaling group {sg_name!r} does not exist" for s in sessions}
+                    )
+                    continue
+                try:
+                    provisioner = Provisioner(
+                        validators=registry.validators(),
+                        sequencer=registry.sequencer(snapshot.scheduler),
+                        selector=registry.selector(snapshot.agent_selection),
+                    )
+                except registry.UnknownStage as exc:
+                    log.error("schedule.misconfigured_scaling_group", scaling_group=sg_name, error=str(exc))
+                    result.skipped.update({s.id: f"scaling group misconfigured: {exc}" for s in sessions})
+                    continue
+                plan = provisioner.plan(sessions, snapshot)
+                committed, conflicts = await self._allocator.allocate(conn, plan)
+                result.successes.extend(committed)
+                result.skipped.update(plan.waiting)
+                result.skipped.update(conflicts)
+        return result

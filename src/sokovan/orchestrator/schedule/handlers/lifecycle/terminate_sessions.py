@@ -1,0 +1,65 @@
+"""TERMINATING: ask the agents to destroy the session's live kernels.
+
+Kernels move to TERMINATING when asked; the agents' terminated events end them and
+PromoteToTerminated ends the session. A session whose kernels were all asked already is
+skipped (it waits for the agents); past the terminate timeout the coordinator forces it to
+its end. Handlers never decide the final status: `endings.final_status` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sokovan.common.rpc import AgentRPCClient
+from sokovan.common.types import KernelStatus, SessionStatus
+from sokovan.orchestrator.handler_types import (
+    HandlerResult,
+    KernelInfo,
+    LifecycleHandler,
+    SessionWithKernels,
+    StatusTransitions,
+    TransitionStatus,
+)
+from sokovan.orchestrator.schedule.agent_calls import fan_out
+
+_TO_DESTROY = KernelStatus.non_terminal() - {KernelStatus.TERMINATING}
+
+
+class TerminateSessions(LifecycleHandler):
+    phase = "terminate"
+
+    @classmethod
+    def name(cls) -> str:
+        return "TerminateSessions"
+
+    @property
+    def target_session_statuses(self) -> frozenset[SessionStatus]:
+        return frozenset({SessionStatus.TERMINATING})
+
+    @property
+    def target_kernel_statuses(self) -> frozenset[KernelStatus] | None:
+        return KernelStatus.non_terminal()
+
+    @classmethod
+    def status_transitions(cls) -> StatusTransitions:
+        return StatusTransitions(
+            success=TransitionStatus(None, KernelStatus.TERMINATING),
+            need_retry=None,
+            expired=TransitionStatus(SessionStatus.TERMINATED, KernelStatus.TERMINATED),
+            give_up=TransitionStatus(SessionStatus.TERMINATED, KernelStatus.TERMINATED),
+        )
+
+    def __init__(self, rpc: AgentRPCClient) -> None:
+        self._rpc = rpc
+
+    async def execute(self, targets: Sequence[SessionWithKernels]) -> HandlerResult:
+        to_ask = [s for s in targets if any(k.status in _TO_DESTROY for k in s.kernels)]
+        waiting = {s.id: "waiting for agents to confirm termination" for s in targets if s not in to_ask}
+
+        async def call(addr: str, items: list[tuple[SessionWithKernels, KernelInfo]]) -> object:
+            forced = any(bool(s.status_info.get("forced")) for s, _ in items)
+            return await self._rpc.destroy_kernels(addr, [str(k.id) for _, k in items], forced=forced)
+
+        result = await fan_out(to_ask, lambda k: k.status in _TO_DESTROY and k.agent_id is not None, call)
+        result.skipped.update(waiting)
+        return result

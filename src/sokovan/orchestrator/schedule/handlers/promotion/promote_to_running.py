@@ -1,0 +1,33 @@
+"""CREATING → RUNNING once every kernel has started (none is still on its way)."""
+
+from __future__ import annotations
+
+from sokovan.common.types import KernelStatus, SessionStatus
+from sokovan.orchestrator.handler_types import KernelMatchType, SessionPromotionHandler
+
+K = KernelStatus
+
+
+class PromoteToRunning(SessionPromotionHandler):
+    expiring_statuses = frozenset({SessionStatus.CREATING})
+    phase = "creating"
+
+    @classmethod
+    def name(cls) -> str:
+        return "PromoteToRunning"
+
+    @property
+    def target_session_statuses(self) -> frozenset[SessionStatus]:
+        return frozenset({SessionStatus.CREATING})
+
+    @property
+    def check_kernel_statuses(self) -> frozenset[KernelStatus]:
+        return frozenset({K.PENDING, K.SCHEDULED, K.PREPARING, K.PULLING, K.PREPARED, K.CREATING})
+
+    @property
+    def match_type(self) -> KernelMatchType:
+        return KernelMatchType.NOT_ANY
+
+    @classmethod
+    def success_session_status(cls) -> SessionStatus:
+        return SessionStatus.RUNNING

@@ -1,0 +1,99 @@
+"""Applies agents' kernel events to kernels: guarded, so a repeated or late event is a no-op,
+and only the agent a kernel is placed on can move it."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from sokovan.common.events import (
+    KernelCreationFailed,
+    KernelImagePullFailed,
+    KernelPrepared,
+    KernelPulling,
+    KernelRunning,
+    KernelTerminated,
+)
+from sokovan.common.types import FailureCause, KernelStatus
+from sokovan.manager.repositories.transitions import KernelTransition, apply_kernel_transition
+
+K = KernelStatus
+KernelEvent = (
+    KernelPulling
+    | KernelPrepared
+    | KernelImagePullFailed
+    | KernelRunning
+    | KernelCreationFailed
+    | KernelTerminated
+)
+
+_BEFORE_PULL = frozenset({K.SCHEDULED, K.PREPARING})
+_WHILE_PREPARING = frozenset({K.SCHEDULED, K.PREPARING, K.PULLING})
+_WHILE_STARTING = frozenset({K.PREPARED, K.CREATING})
+_LIVE = K.non_terminal()
+
+
+def _failure(cause: FailureCause, message: str) -> dict[str, Any]:
+    return {"status_info": {"cause": cause.value, "message": message}, "message": message}
+
+
+def _plan(event: KernelEvent) -> tuple[frozenset[KernelStatus], KernelStatus, dict[str, Any]]:
+    """(expected statuses, new status, extra fields) for one event."""
+    match event:
+        case KernelPulling():
+            return _BEFORE_PULL, K.PULLING, {}
+        case KernelPrepared():
+            return _WHILE_PREPARING, K.PREPARED, {}
+        case KernelImagePullFailed():
+            return _WHILE_PREPARING, K.ERROR, _failure(FailureCause.IMAGE_PULL_FAILURE, event.message)
+        case KernelRunning():
+            return _WHILE_STARTING, K.RUNNING, {}
+        case KernelCreationFailed():
+            return _WHILE_STARTING, K.ERROR, _failure(FailureCause.UNKNOWN, event.message)
+    assert isinstance(event, KernelTerminated)
+    code = {"exit_code": event.exit_code}
+    if event.reason == "oom":
+        return (
+            _LIVE,
+            K.ERROR,
+            code | _failure(FailureCause.OOM_KILLED, "kernel was killed for lack of memory"),
+        )
+    if event.reason == "exited" and event.exit_code not in (0, None):
+        message = f"kernel exited with code {event.exit_code}"
+        return _LIVE, K.ERROR, code | _failure(FailureCause.KERNEL_NONZERO_EXIT, message)
+    if event.reason == "unknown":
+        # The agent never had (or no longer has) the kernel: that confirms a destroy we asked for.
+        return frozenset({K.TERMINATING}), K.TERMINATED, code | {"message": "agent does not know the kernel"}
+    return _LIVE, K.TERMINATED, code | {"message": f"kernel {event.reason}"}
+
+
+def transition_for(event: KernelEvent) -> KernelTransition | None:
+    """The kernel move an event stands for (pure: table-tested)."""
+    try:
+        kernel_id = uuid.UUID(event.kernel_id)
+    except ValueError:
+        return None
+    expected, to_status, extra = _plan(event)
+    return KernelTransition(
+        kernel_id=kernel_id,
+        expected=expected,
+        to_status=to_status,
+        source=f"agent:{event.name}",
+        agent_id=event.agent_id,
+        **extra,
+    )
+
+
+class KernelEventApplier:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def apply(self, event: KernelEvent) -> bool:
+        """True when the event moved its kernel."""
+        transition = transition_for(event)
+        if transition is None:
+            return False
+        async with self._engine.begin() as conn:
+            return await apply_kernel_transition(conn, transition) is not None
