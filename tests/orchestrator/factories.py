@@ -92,4 +92,6 @@ def agent(
 
 
 def snapshot(*agents: AgentSnapshot) -> ScalingGroupSnapshot:
-    return ScalingGroupSnapshot(name="default", scheduler="fifo", agent_selection="concentrated", agents=list(agents))
+    return ScalingGroupSnapshot(
+        name="default", scheduler="fifo", agent_selection="concentrated", agents=list(agents)
+    )

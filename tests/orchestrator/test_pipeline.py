@@ -34,7 +34,10 @@ def test_the_snapshot_is_updated_between_placements() -> None:
     ("agents", "reason"),
     [
         ([agent("a", cpu=1), agent("b", cpu=1)], "0/2 agents fit: 2 insufficient cpu"),
-        ([agent("a", cpu=1), agent("b", status=AgentStatus.DOWN)], "0/2 agents fit: 1 insufficient cpu, 1 not READY"),
+        (
+            [agent("a", cpu=1), agent("b", status=AgentStatus.DOWN)],
+            "0/2 agents fit: 1 insufficient cpu, 1 not READY",
+        ),
         ([agent("a", images=("shell",))], "0/1 agents fit: 1 image not offered"),
         ([agent("a", max_kernels=0)], "0/1 agents fit: 1 at kernel limit"),
         ([], "0/0 agents fit"),

@@ -99,13 +99,17 @@ common = {"agent_id": "a1", "kernel_id": KID, "session_id": SID}
         (KernelTerminated(exit_code=0, **common), K.RUNNING, K.TERMINATED, K.TERMINATED, None),
         (KernelTerminated(exit_code=3, **common), K.RUNNING, K.ERROR, K.ERROR, "KERNEL_NONZERO_EXIT"),
         (KernelTerminated(exit_code=137, reason="oom", **common), K.RUNNING, K.ERROR, K.ERROR, "OOM_KILLED"),
-        (KernelTerminated(exit_code=143, reason="destroyed", **common), K.TERMINATING, K.ERROR, K.TERMINATED, None),
+        (
+            KernelTerminated(exit_code=143, reason="destroyed", **common),
+            K.TERMINATING,
+            K.ERROR,
+            K.TERMINATED,
+            None,
+        ),
         (KernelTerminated(reason="unknown", **common), K.TERMINATING, K.RUNNING, K.TERMINATED, None),
     ],
 )
-def test_kernel_event_transitions(
-    event: object, from_ok: K, from_stale: K, to: K, cause: str | None
-) -> None:
+def test_kernel_event_transitions(event: object, from_ok: K, from_stale: K, to: K, cause: str | None) -> None:
     t = transition_for(event)  # type: ignore[arg-type]
     assert t is not None
     assert from_ok in t.expected

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus, SessionStatus
@@ -23,9 +23,10 @@ async def load_snapshots(
     names = sorted(set(scaling_groups))
     keys = sorted(set(access_keys))
     occupied, counts = await agent_occupancy(conn)
+    orm = AsyncSession(bind=conn)
     agents_by_sg: dict[str, list[AgentSnapshot]] = {n: [] for n in names}
     for a in (
-        await conn.execute(select(Agent).where(Agent.scaling_group.in_(names)).order_by(Agent.id))
+        await orm.execute(select(Agent).where(Agent.scaling_group.in_(names)).order_by(Agent.id))
     ).scalars():
         agents_by_sg[a.scaling_group].append(
             AgentSnapshot(
@@ -54,7 +55,7 @@ async def load_snapshots(
     ):
         active[access_key] = int(n)
     out: dict[str, ScalingGroupSnapshot] = {}
-    for sg in (await conn.execute(select(ScalingGroup).where(ScalingGroup.name.in_(names)))).scalars():
+    for sg in (await orm.execute(select(ScalingGroup).where(ScalingGroup.name.in_(names)))).scalars():
         out[sg.name] = ScalingGroupSnapshot(
             name=sg.name,
             scheduler=sg.scheduler,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 
 from sqlalchemy import Numeric, cast, exists, func, literal_column, select
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import KernelStatus, SessionStatus
@@ -38,7 +38,7 @@ async def fetch_sessions(
                 Kernel.session_id == Session.id, Kernel.status.in_([k.value for k in kernel_statuses])
             )
         )
-    rows = (await conn.execute(query)).all()
+    rows = (await AsyncSession(bind=conn).execute(query)).all()
     if not rows:
         return []
     kernels = await _fetch_kernels(conn, [r.Session.id for r in rows])
@@ -48,7 +48,7 @@ async def fetch_sessions(
 async def _fetch_kernels(
     conn: AsyncConnection, session_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, list[KernelInfo]]:
-    rows = await conn.execute(
+    rows = await AsyncSession(bind=conn).execute(
         select(Kernel, Agent.rpc_addr)
         .outerjoin(Agent, Agent.id == Kernel.agent_id)
         .where(Kernel.session_id.in_(session_ids))

@@ -1,0 +1,99 @@
+"""Rows for coordinator tests, inserted straight into the test database."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy import insert
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from sokovan.common.types import AgentStatus, KernelStatus, SessionStatus
+from sokovan.db.models import Agent, Domain, Kernel, Keypair, Project, ScalingGroup, Session, User
+
+
+class Seed:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.user_id = uuid.uuid4()
+        self.project_id = uuid.uuid4()
+
+    async def tenancy(self, *, pending_timeout: float = 0) -> Seed:
+        async with self.engine.begin() as conn:
+            await conn.execute(insert(Domain).values(name="default"))
+            await conn.execute(
+                insert(Project).values(id=self.project_id, name="default", domain_name="default")
+            )
+            await conn.execute(insert(User).values(id=self.user_id, name="alice", domain_name="default"))
+            await conn.execute(
+                insert(Keypair).values(
+                    access_key="AK1",
+                    token_hash="h1",
+                    user_id=self.user_id,
+                    project_id=self.project_id,
+                    role="user",
+                )
+            )
+            await conn.execute(insert(ScalingGroup).values(name="default", pending_timeout=pending_timeout))
+        return self
+
+    async def agent(self, agent_id: str, cpu: int = 4, status: AgentStatus = AgentStatus.READY) -> None:
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                insert(Agent).values(
+                    id=agent_id,
+                    status=status.value,
+                    scaling_group="default",
+                    available_slots={"cpu": str(cpu), "mem": str(8 * 2**30)},
+                    rpc_addr="127.0.0.1:1",
+                    images=["python:3", "shell"],
+                    boot_id="b",
+                )
+            )
+
+    async def session(
+        self,
+        *,
+        cpu: int = 1,
+        size: int = 1,
+        status: SessionStatus = SessionStatus.PENDING,
+        kernel_status: KernelStatus | None = None,
+        agent_id: str | None = None,
+        **extra: Any,
+    ) -> uuid.UUID:
+        sid = uuid.uuid4()
+        slots = {"cpu": str(cpu), "mem": str(2**30)}
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                insert(Session).values(
+                    id=sid,
+                    name=f"s-{sid.hex[:8]}",
+                    access_key="AK1",
+                    user_id=self.user_id,
+                    project_id=self.project_id,
+                    domain_name="default",
+                    scaling_group="default",
+                    type="batch",
+                    image="python:3",
+                    command="true",
+                    resources=slots,
+                    cluster_size=size,
+                    status=status.value,
+                    **extra,
+                )
+            )
+            await conn.execute(
+                insert(Kernel),
+                [
+                    {
+                        "session_id": sid,
+                        "cluster_idx": i,
+                        "cluster_role": "main" if i == 0 else "sub",
+                        "status": (kernel_status or KernelStatus(status.value)).value,
+                        "occupied_slots": slots,
+                        "agent_id": agent_id,
+                    }
+                    for i in range(size)
+                ],
+            )
+        return sid

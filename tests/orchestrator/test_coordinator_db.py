@@ -1,0 +1,166 @@
+"""The ScheduleCoordinator and its writes, against real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import uuid
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from sokovan.common.rpc import AgentRPCClient
+from sokovan.common.types import KernelStatus, SchedulingResult, SessionStatus
+from sokovan.config.cluster import ClusterConfig
+from sokovan.db.models import Kernel, Session, SessionSchedulingHistory
+from sokovan.manager.repositories.transitions import SessionTransition, apply_session_transitions
+from sokovan.orchestrator.locks import CycleLock
+from sokovan.orchestrator.orchestrator import session_handlers
+from sokovan.orchestrator.schedule.coordinator import ScheduleCoordinator
+from sokovan.orchestrator.schedule.handlers.lifecycle.schedule_new_sessions import ScheduleNewSessions
+from sokovan.orchestrator.schedule.repository import agent_occupancy
+from tests.orchestrator.db_seed import Seed
+
+
+async def status_of(engine: AsyncEngine, sid: uuid.UUID) -> tuple[str, dict[str, object], str | None]:
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                select(Session.status, Session.status_info, Session.result).where(Session.id == sid)
+            )
+        ).one()
+    return row.status, row.status_info, row.result
+
+
+async def kernel_statuses(engine: AsyncEngine, sid: uuid.UUID) -> list[str]:
+    async with engine.connect() as conn:
+        return list((await conn.execute(select(Kernel.status).where(Kernel.session_id == sid))).scalars())
+
+
+async def test_guarded_transition_records_stale_rows_instead_of_overwriting(engine: AsyncEngine) -> None:
+    seed = await Seed(engine).tenancy()
+    sid = await seed.session(status=SessionStatus.RUNNING)
+    move = SessionTransition(
+        session_id=sid,
+        expected=frozenset({SessionStatus.PENDING}),
+        to_status=SessionStatus.SCHEDULED,
+        handler="test",
+        result=SchedulingResult.SUCCESS,
+    )
+    async with engine.begin() as conn:
+        applied = await apply_session_transitions(conn, [move])
+    assert applied.stale == [sid] and applied.applied == []
+    assert (await status_of(engine, sid))[0] == "RUNNING"
+    async with engine.connect() as conn:
+        message = await conn.scalar(
+            select(SessionSchedulingHistory.message).where(SessionSchedulingHistory.session_id == sid)
+        )
+    assert message is not None and message.startswith("stale")
+
+
+async def test_schedule_places_sessions_and_explains_the_ones_that_wait(engine: AsyncEngine) -> None:
+    seed = await Seed(engine).tenancy()
+    await seed.agent("a1", cpu=4)
+    await seed.agent("a2", cpu=2)
+    fits = await seed.session(cpu=3)
+    too_big_now = await seed.session(cpu=4)
+    coordinator = ScheduleCoordinator(engine, ClusterConfig(), [ScheduleNewSessions(engine)])
+    assert await coordinator.cycle()
+    assert (await status_of(engine, fits))[0] == "SCHEDULED"
+    assert await kernel_statuses(engine, fits) == ["SCHEDULED"]
+    status, info, _ = await status_of(engine, too_big_now)
+    assert status == "PENDING"
+    assert info["pending_reason"] == "0/2 agents fit: 2 insufficient cpu"
+    # The same reason again is not written again (no history spam on every cycle).
+    await coordinator.cycle()
+    async with engine.connect() as conn:
+        rows = await conn.scalar(
+            select(func.count())
+            .select_from(SessionSchedulingHistory)
+            .where(SessionSchedulingHistory.session_id == too_big_now)
+        )
+    assert rows == 1
+
+
+async def test_pending_timeout_cancels_with_scheduler_timeout(engine: AsyncEngine) -> None:
+    seed = await Seed(engine).tenancy(pending_timeout=1)
+    sid = await seed.session(cpu=64)
+    await seed.agent("a1", cpu=4)
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(Session)
+            .where(Session.id == sid)
+            .values(status_changed_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5))
+        )
+    await ScheduleCoordinator(engine, ClusterConfig(), [ScheduleNewSessions(engine)]).cycle()
+    status, info, result = await status_of(engine, sid)
+    assert (status, info["cause"], result) == ("CANCELLED", "SCHEDULER_TIMEOUT", "FAILURE")
+    assert await kernel_statuses(engine, sid) == ["CANCELLED"]
+
+
+async def test_concurrent_schedulers_never_over_allocate_an_agent(engine: AsyncEngine) -> None:
+    seed = await Seed(engine).tenancy()
+    await seed.agent("a1", cpu=4)
+    for _ in range(12):
+        await seed.session(cpu=1)
+    coordinators = [
+        ScheduleCoordinator(engine, ClusterConfig(), [ScheduleNewSessions(engine)]) for _ in range(4)
+    ]
+    # Without the cycle lock the allocator's row locks alone must keep the agent within capacity.
+    await asyncio.gather(*(c.cycle() for c in coordinators))
+    async with engine.connect() as conn:
+        occupied, counts = await agent_occupancy(conn)
+    assert occupied["a1"]["cpu"] <= 4
+    assert counts["a1"] == 4
+
+
+async def test_cycle_lock_lets_one_manager_cycle_at_a_time(engine: AsyncEngine) -> None:
+    lock = CycleLock(engine)
+    async with lock.hold("schedule") as first:
+        async with lock.hold("schedule") as second:
+            assert (first, second) == (True, False)
+    async with lock.hold("schedule") as again:
+        assert again
+
+
+async def test_promotions_follow_kernel_statuses_to_the_end(engine: AsyncEngine) -> None:
+    seed = await Seed(engine).tenancy()
+    await seed.agent("a1")
+    ok = await seed.session(
+        status=SessionStatus.CREATING, kernel_status=KernelStatus.TERMINATED, agent_id="a1"
+    )
+    async with engine.begin() as conn:
+        await conn.execute(update(Kernel).where(Kernel.session_id == ok).values(exit_code=0))
+    failed = await seed.session(status=SessionStatus.RUNNING, kernel_status=KernelStatus.ERROR, agent_id="a1")
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(Kernel)
+            .where(Kernel.session_id == failed)
+            .values(
+                exit_code=3,
+                status_info={"cause": "KERNEL_NONZERO_EXIT", "message": "kernel exited with code 3"},
+            )
+        )
+    coordinator = ScheduleCoordinator(engine, ClusterConfig(), session_handlers(engine, AgentRPCClient("x")))
+    for _ in range(4):
+        await coordinator.cycle()
+    status, info, result = await status_of(engine, ok)
+    assert (status, result, info.get("cause")) == ("TERMINATED", "SUCCESS", None)
+    status, info, result = await status_of(engine, failed)
+    assert (status, result, info["cause"], info["exit_code"]) == (
+        "ERROR",
+        "FAILURE",
+        "KERNEL_NONZERO_EXIT",
+        3,
+    )
+    async with engine.connect() as conn:
+        handlers = list(
+            (
+                await conn.execute(
+                    select(SessionSchedulingHistory.handler)
+                    .where(SessionSchedulingHistory.session_id == ok)
+                    .order_by(SessionSchedulingHistory.id)
+                )
+            ).scalars()
+        )
+    assert handlers == ["PromoteToRunning", "DetectTermination", "PromoteToTerminated"]
