@@ -122,7 +122,8 @@ class EtcdConfigWatcher:
 
     async def _watch(self, stop: asyncio.Event) -> None:
         await self.load()  # catch up on anything missed while (re)connecting
-        iterator = await self._client.watch_prefix(self._root.encode())
+        watch = await self._client.watch_prefix(self._root.encode())
+        iterator = watch.__aiter__()
         stopper = asyncio.create_task(stop.wait())
         try:
             while not stop.is_set():
@@ -137,4 +138,4 @@ class EtcdConfigWatcher:
         finally:
             stopper.cancel()
             with contextlib.suppress(Exception):
-                await iterator.cancel()
+                await watch.cancel()
