@@ -11,8 +11,8 @@ from sokovan.common.settings import Settings
 from sokovan.config.cluster import ClusterConfig, EtcdConfigWatcher
 
 
-async def wait_for(predicate: object, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
+async def wait_for(predicate: object, seconds: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + seconds
     while not predicate():  # type: ignore[operator]
         assert asyncio.get_running_loop().time() < deadline, "condition not reached"
         await asyncio.sleep(0.05)

@@ -45,4 +45,4 @@ async def listen_hints(
     finally:
         with contextlib.suppress(Exception):
             await pubsub.unsubscribe()
-            await pubsub.aclose()
+            await pubsub.aclose()  # type: ignore[no-untyped-call]

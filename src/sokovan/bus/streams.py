@@ -79,7 +79,7 @@ class EventConsumer:
         last_claim = asyncio.get_running_loop().time()
         while not stop.is_set():
             try:
-                reply = await self._redis.xreadgroup(
+                reply: Any = await self._redis.xreadgroup(
                     GROUP, self._consumer, {self._key: ">"}, count=self._batch, block=self._block_ms
                 )
             except ResponseError as exc:

@@ -75,7 +75,7 @@ class ResourceSlots(dict[str, Decimal]):
     def to_json(self) -> dict[str, str]:
         return {k: _fmt(v) for k, v in sorted(self.items())}
 
-    def __add__(self, other: Mapping[str, Decimal]) -> ResourceSlots:  # type: ignore[override]
+    def __add__(self, other: Mapping[str, Decimal]) -> ResourceSlots:
         out = ResourceSlots(self)
         for k, v in other.items():
             out[k] = out.get(k, Decimal(0)) + v

@@ -67,9 +67,7 @@ class KeypairResourcePolicy(Base):
     # None: unlimited. Otherwise a slot it does not name counts as 0, unless
     # default_for_unspecified is "unlimited".
     total_resource_slots: Mapped[dict[str, Any] | None] = mapped_column(SLOTS, nullable=True)
-    default_for_unspecified: Mapped[str] = mapped_column(
-        String(16), nullable=False, server_default="limited"
-    )
+    default_for_unspecified: Mapped[str] = mapped_column(String(16), nullable=False, server_default="limited")
     max_concurrent_sessions: Mapped[int | None] = mapped_column(Integer, nullable=True)
     max_pending_sessions: Mapped[int | None] = mapped_column(Integer, nullable=True)
     max_session_lifetime: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -94,17 +92,13 @@ class ScalingGroup(Base):
     __tablename__ = "scaling_groups"
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     scheduler: Mapped[str] = mapped_column(String(32), nullable=False, server_default="fifo")
-    agent_selection: Mapped[str] = mapped_column(
-        String(32), nullable=False, server_default="concentrated"
-    )
+    agent_selection: Mapped[str] = mapped_column(String(32), nullable=False, server_default="concentrated")
     # Seconds a session may wait in PENDING before it is cancelled; 0 = forever.
     pending_timeout: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")
     allowed_session_types: Mapped[list[str]] = mapped_column(
-        JSONB, nullable=False, server_default=text("'[\"batch\", \"interactive\", \"inference\"]'::jsonb")
+        JSONB, nullable=False, server_default=text('\'["batch", "interactive", "inference"]\'::jsonb')
     )
-    scheduler_opts: Mapped[dict[str, Any]] = mapped_column(
-        JSONB, nullable=False, server_default=EMPTY_JSON
-    )
+    scheduler_opts: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default=EMPTY_JSON)
     created_at: Mapped[dt.datetime] = created_at_column()
 
 
@@ -144,16 +138,14 @@ class Session(Base):
     image: Mapped[str] = mapped_column(String(256), nullable=False)
     command: Mapped[str | None] = mapped_column(Text, nullable=True)
     environ: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default=EMPTY_JSON)
-    # Per kernel; the session's total is resources × cluster_size.
+    # Per kernel; the session's total is resources x cluster_size.
     resources: Mapped[dict[str, Any]] = mapped_column(SLOTS, nullable=False)
     cluster_size: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
     cluster_mode: Mapped[str] = mapped_column(String(16), nullable=False, server_default="single-node")
     priority: Mapped[int] = mapped_column(Integer, nullable=False, server_default="10")
     status: Mapped[str] = mapped_column(String(16), nullable=False)
     result: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    status_info: Mapped[dict[str, Any]] = mapped_column(
-        JSONB, nullable=False, server_default=EMPTY_JSON
-    )
+    status_info: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default=EMPTY_JSON)
     status_changed_at: Mapped[dt.datetime] = created_at_column()
     # How many times the handler of the current phase failed on this session.
     phase_attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
@@ -179,9 +171,7 @@ class Kernel(Base):
     cluster_idx: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     agent_id: Mapped[str | None] = mapped_column(ForeignKey("agents.id"), nullable=True)
     status: Mapped[str] = mapped_column(String(16), nullable=False, index=True)
-    status_info: Mapped[dict[str, Any]] = mapped_column(
-        JSONB, nullable=False, server_default=EMPTY_JSON
-    )
+    status_info: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default=EMPTY_JSON)
     status_changed_at: Mapped[dt.datetime] = created_at_column()
     occupied_slots: Mapped[dict[str, Any]] = mapped_column(SLOTS, nullable=False)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)

