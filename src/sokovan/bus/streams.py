@@ -117,10 +117,21 @@ class EventConsumer:
                 log.warning("event.rejected", entry=entry_id, error=str(exc))
                 await self._redis.xack(self._key, GROUP, entry_id)
                 continue
+            if await self._handle(entry_id, event):
+                await self._redis.xack(self._key, GROUP, entry_id)
+
+    async def _handle(self, entry_id: Any, event: AgentEvent, tries: int = 3) -> bool:
+        """Run the handler, retrying transient failures (e.g. a deadlock) a few times.
+
+        An entry whose handler keeps failing stays pending; a later claim retries it.
+        """
+        for attempt in range(1, tries + 1):
             try:
                 await self._handler(event)
+                return True
             except Exception:
-                # Left pending: another pass (or another manager) claims and retries it.
-                log.exception("event.handler_failed", entry=entry_id, name=event.name)
-                continue
-            await self._redis.xack(self._key, GROUP, entry_id)
+                if attempt == tries:
+                    log.exception("event.handler_failed", entry=entry_id, name=event.name)
+                    return False
+                await asyncio.sleep(0.05 * attempt)
+        return False

@@ -67,7 +67,7 @@ async def apply_session_transitions(
     rows = await conn.execute(
         select(Session.id, Session.status, Session.status_info, Session.phase_attempts)
         .where(Session.id.in_(ids))
-        .with_for_update()
+        .with_for_update(key_share=True)  # FOR NO KEY UPDATE: FK checks may still pass
     )
     current = {r.id: (SessionStatus(r.status), dict(r.status_info or {}), r.phase_attempts) for r in rows}
     now = dt.datetime.now(dt.UTC)
@@ -223,7 +223,7 @@ async def apply_kernel_transition(conn: AsyncConnection, t: KernelTransition) ->
         await conn.execute(
             select(Kernel.status, Kernel.session_id, Kernel.status_info, Kernel.agent_id)
             .where(Kernel.id == t.kernel_id)
-            .with_for_update()
+            .with_for_update(key_share=True)  # FOR NO KEY UPDATE: FK checks may still pass
         )
     ).first()
     if row is None or KernelStatus(row.status) not in t.expected:

@@ -1,0 +1,3 @@
+from sokovan.cli.main import main
+
+main()

@@ -1,0 +1,6 @@
+"""The agent daemon and its process backend: kernels as OS processes, driven over signed RPC."""
+
+from sokovan.agent.daemon import AgentConfig, AgentDaemon, AgentStartError
+from sokovan.agent.images import ImageCatalog, ImageCatalogError
+
+__all__ = ["AgentConfig", "AgentDaemon", "AgentStartError", "ImageCatalog", "ImageCatalogError"]

@@ -1,0 +1,223 @@
+"""The agent daemon: registration and heartbeats, kernel events, RPC, graceful shutdown.
+
+Every event goes through one outbox, published by one task in the order it was emitted, and
+retried while Redis is unreachable; so the manager sees, per agent, the heartbeat that registered
+it before any kernel event, and KernelRunning before the KernelTerminated of the same kernel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis.asyncio as aioredis
+import structlog
+from pydantic import BaseModel
+from redis.exceptions import RedisError
+
+from sokovan.agent.images import ImageCatalog
+from sokovan.agent.process_backend import ProcessBackend
+from sokovan.agent.rpc_server import RPCServer
+from sokovan.bus.streams import EventPublisher
+from sokovan.common.events import (
+    AgentHeartbeat,
+    AgentStopping,
+    KernelImagePullFailed,
+    KernelPrepared,
+    KernelPulling,
+)
+from sokovan.common.rpc import (
+    AcceptedResponse,
+    CheckAndPullRequest,
+    CreateKernelsRequest,
+    DestroyKernelsRequest,
+    LogsRequest,
+    LogsResponse,
+)
+from sokovan.common.settings import Settings
+from sokovan.common.slots import ResourceSlots
+
+log = structlog.get_logger(__name__)
+
+DRAIN_TIMEOUT = 10.0
+
+
+class AgentStartError(RuntimeError):
+    """The daemon cannot start (no secret, port taken, Redis unreachable)."""
+
+
+@dataclass
+class AgentConfig:
+    agent_id: str
+    scaling_group: str = "default"
+    slots: ResourceSlots = field(default_factory=ResourceSlots)
+    rpc_host: str = "127.0.0.1"
+    rpc_port: int = 6011
+    catalog: ImageCatalog = field(default_factory=ImageCatalog)
+    work_dir: Path | None = None  # default: $TMPDIR/sokovan-agent-<id>
+    kill_grace: float = 5.0
+    heartbeat_interval: float = 2.0
+
+    def resolved_work_dir(self) -> Path:
+        return self.work_dir or Path(tempfile.gettempdir()) / f"sokovan-agent-{self.agent_id}"
+
+
+class EventOutbox:
+    """Publishes emitted events in order, retrying each until Redis takes it."""
+
+    def __init__(self, publisher: EventPublisher) -> None:
+        self._publisher = publisher
+        self._queue: asyncio.Queue[BaseModel] = asyncio.Queue()
+
+    def emit(self, event: BaseModel) -> None:
+        self._queue.put_nowait(event)
+
+    async def run(self) -> None:
+        while True:
+            event = await self._queue.get()
+            delay = 0.1
+            while True:
+                try:
+                    await self._publisher.publish(event)
+                    break
+                except (RedisError, OSError) as exc:
+                    log.warning("event.publish_failed", event=type(event).__name__, error=str(exc))
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+            self._queue.task_done()
+
+    async def drain(self, limit: float) -> bool:
+        """Wait until every emitted event is published, for at most `limit` seconds."""
+        try:
+            await asyncio.wait_for(self._queue.join(), limit)
+        except TimeoutError:
+            return False
+        return True
+
+
+class AgentDaemon:
+    """One agent with the process backend; `start()`, then `stop()` (or `run(stop_event)`)."""
+
+    def __init__(self, settings: Settings, config: AgentConfig) -> None:
+        if not settings.cluster_secret:
+            raise AgentStartError("SOKOVAN_CLUSTER_SECRET is not set: the agent refuses to start")
+        self.settings = settings
+        self.config = config
+        self.agent_id = config.agent_id
+        self.boot_id = uuid.uuid4().hex
+        self.work_dir = config.resolved_work_dir()
+        self._redis = aioredis.Redis.from_url(settings.redis_url)
+        self._outbox = EventOutbox(EventPublisher(self._redis, settings.etcd_prefix, settings.cluster_secret))
+        self.backend = ProcessBackend(
+            config.agent_id, self.work_dir, config.catalog, self._outbox.emit, config.kill_grace
+        )
+        self._rpc = RPCServer(self, settings.cluster_secret, config.rpc_host, config.rpc_port)
+        self._seq = 0
+        self._stopping = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
+        self._stopped = False
+
+    @property
+    def rpc_addr(self) -> str:
+        return self._rpc.rpc_addr
+
+    async def start(self) -> None:
+        try:
+            await self._redis.ping()
+        except (RedisError, OSError) as exc:
+            await self._redis.aclose()
+            raise AgentStartError(f"cannot reach Redis at {self.settings.redis_url}: {exc}") from exc
+        try:
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+            await self._rpc.start()
+        except OSError as exc:
+            await self._redis.aclose()
+            raise AgentStartError(f"cannot start the agent: {exc}") from exc
+        self._started = True
+        self._tasks.append(asyncio.create_task(self._outbox.run(), name="agent-outbox"))
+        self._heartbeat()  # the first heartbeat is the registration
+        self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="agent-heartbeat"))
+        log.info("agent.started", agent_id=self.agent_id, rpc_addr=self.rpc_addr, boot_id=self.boot_id)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.start()
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()
+
+    async def stop(self) -> None:
+        """Announce the stop, close the RPC server, destroy every kernel, flush the events."""
+        if not self._started or self._stopped:
+            return
+        self._stopped = True
+        self._stopping.set()
+        self._outbox.emit(AgentStopping(agent_id=self.agent_id, boot_id=self.boot_id))
+        await self._rpc.stop()
+        try:
+            await asyncio.wait_for(self.backend.shutdown(), self.config.kill_grace + DRAIN_TIMEOUT)
+        except TimeoutError:
+            log.error("agent.kernels_survived_stop", kernels=self.backend.running_kernels())
+        if not await self._outbox.drain(DRAIN_TIMEOUT):
+            log.warning("agent.events_lost_at_stop", agent_id=self.agent_id)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._redis.aclose()
+        log.info("agent.stopped", agent_id=self.agent_id)
+
+    def _heartbeat(self) -> None:
+        self._seq += 1
+        self._outbox.emit(
+            AgentHeartbeat(
+                agent_id=self.agent_id,
+                seq=self._seq,
+                boot_id=self.boot_id,
+                scaling_group=self.config.scaling_group,
+                available_slots=self.config.slots.to_json(),
+                images=self.config.catalog.names(),
+                rpc_addr=self.rpc_addr,
+                running_kernels=self.backend.running_kernels(),
+            )
+        )
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.config.heartbeat_interval)
+            if self._stopping.is_set():
+                return
+            self._heartbeat()
+
+    # RPC handlers (see rpc_server.AgentRPCHandlers)
+
+    async def check_and_pull(self, request: CheckAndPullRequest) -> AcceptedResponse:
+        for spec in request.kernels:
+            ids = {"agent_id": self.agent_id, "kernel_id": spec.kernel_id, "session_id": spec.session_id}
+            self._outbox.emit(KernelPulling(**ids))
+            if spec.image in self.config.catalog:
+                self._outbox.emit(KernelPrepared(**ids))
+            else:
+                message = f"image {spec.image!r} is not available on agent {self.agent_id}"
+                self._outbox.emit(KernelImagePullFailed(**ids, message=message))
+        return AcceptedResponse(accepted=[spec.kernel_id for spec in request.kernels])
+
+    async def create_kernels(self, request: CreateKernelsRequest) -> AcceptedResponse:
+        for spec in request.kernels:
+            await self.backend.create(spec)
+        return AcceptedResponse(accepted=[spec.kernel_id for spec in request.kernels])
+
+    async def destroy_kernels(self, request: DestroyKernelsRequest) -> AcceptedResponse:
+        for kernel_id in request.kernel_ids:
+            await self.backend.destroy(kernel_id, forced=request.forced)
+        return AcceptedResponse(accepted=list(request.kernel_ids))
+
+    async def logs(self, request: LogsRequest) -> LogsResponse | None:
+        return self.backend.logs(request.kernel_id)

@@ -1,0 +1,169 @@
+"""`sokovan agent`: an agent daemon with the process backend.
+
+Every option is also a config-file key (`id`, `scaling_group`, `slots`, `rpc_host`, `rpc_port`,
+`images`, `work_dir`, `kill_grace`, `heartbeat_interval`); a flag wins over the file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sokovan.agent.daemon import AgentConfig, AgentDaemon, AgentStartError
+from sokovan.agent.images import ImageCatalog, ImageCatalogError
+from sokovan.agent.process_backend import install_child_watcher
+from sokovan.cli.common import config_option, load_or_exit
+from sokovan.common.settings import ConfigFileError, Settings, read_config_file
+from sokovan.common.slots import ResourceSlots, SlotError
+
+
+def host_slots() -> ResourceSlots:
+    """What this host has: its CPU count and its memory."""
+    mem = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) * 1024
+                break
+    except (OSError, ValueError, IndexError):
+        pass
+    if not mem:
+        try:
+            mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (OSError, ValueError):
+            mem = 0
+    return ResourceSlots.parse({"cpu": os.cpu_count() or 1, "mem": mem})
+
+
+def _pick(flag: Any, file_values: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    if flag is not None:
+        return flag
+    value = file_values.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
+        raise click.ClickException(f"config key {key!r}: unexpected value {value!r}")
+    return value
+
+
+def _slots(flag: str | None, file_value: Any) -> ResourceSlots:
+    try:
+        if flag is not None:
+            return ResourceSlots.parse_cli(flag)
+        if isinstance(file_value, str):
+            return ResourceSlots.parse_cli(file_value)
+        if isinstance(file_value, dict):
+            return ResourceSlots.parse(file_value)
+        if file_value is not None:
+            raise SlotError(f"expected 'cpu=4,mem=8g' or a table, got {file_value!r}")
+    except SlotError as exc:
+        raise click.ClickException(f"bad --slots: {exc}") from exc
+    return host_slots()
+
+
+def build_config(
+    file_values: dict[str, Any],
+    *,
+    agent_id: str | None,
+    scaling_group: str | None,
+    slots: str | None,
+    rpc_host: str | None,
+    rpc_port: int | None,
+    images: str | None,
+    work_dir: str | None,
+    kill_grace: float | None,
+    heartbeat_interval: float | None,
+) -> AgentConfig:
+    """Merge flags over config-file values over defaults; every bad value is a ClickException."""
+    port = _pick(rpc_port, file_values, "rpc_port", int)
+    if port is not None and not 0 <= port <= 65535:
+        raise click.ClickException(f"rpc port {port} is out of range")
+    grace = _pick(kill_grace, file_values, "kill_grace", (int, float))
+    interval = _pick(heartbeat_interval, file_values, "heartbeat_interval", (int, float))
+    if grace is not None and grace < 0:
+        raise click.ClickException("kill grace must not be negative")
+    if interval is not None and interval <= 0:
+        raise click.ClickException("heartbeat interval must be positive")
+    catalog_file = _pick(images, file_values, "images", str)
+    try:
+        catalog = ImageCatalog.from_file(catalog_file)
+    except ImageCatalogError as exc:
+        raise click.ClickException(str(exc)) from exc
+    work = _pick(work_dir, file_values, "work_dir", str)
+    config = AgentConfig(
+        agent_id=_pick(agent_id, file_values, "id", str) or socket.gethostname(),
+        scaling_group=_pick(scaling_group, file_values, "scaling_group", str) or "default",
+        slots=_slots(slots, file_values.get("slots")),
+        rpc_host=_pick(rpc_host, file_values, "rpc_host", str) or "127.0.0.1",
+        rpc_port=6011 if port is None else port,
+        catalog=catalog,
+        work_dir=Path(work) if work else None,
+    )
+    if grace is not None:
+        config.kill_grace = float(grace)
+    if interval is not None:
+        config.heartbeat_interval = float(interval)
+    return config
+
+
+async def _serve(settings: Settings, config: AgentConfig) -> None:
+    daemon = AgentDaemon(settings, config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await daemon.run(stop)
+
+
+@click.command()
+@config_option
+@click.option("--id", "agent_id", default=None, help="Agent id (default: the host name).")
+@click.option("--scaling-group", default=None, help="Scaling group (default: 'default').")
+@click.option("--slots", default=None, help="Capacity, e.g. cpu=4,mem=8g (default: what the host has).")
+@click.option("--rpc-host", default=None, help="RPC bind address (default: 127.0.0.1).")
+@click.option("--rpc-port", type=int, default=None, help="RPC port (default: 6011; 0 picks a free one).")
+@click.option("--images", default=None, help="Image catalog file (TOML or JSON).")
+@click.option("--work-dir", default=None, help="Kernel directories (default: $TMPDIR/sokovan-agent-<id>).")
+@click.option("--kill-grace", type=float, default=None, help="Seconds between SIGTERM and SIGKILL (5).")
+@click.option("--heartbeat-interval", type=float, default=None, help="Seconds between heartbeats (2).")
+def agent(
+    config: str | None,
+    agent_id: str | None,
+    scaling_group: str | None,
+    slots: str | None,
+    rpc_host: str | None,
+    rpc_port: int | None,
+    images: str | None,
+    work_dir: str | None,
+    kill_grace: float | None,
+    heartbeat_interval: float | None,
+) -> None:
+    """Run an agent daemon whose kernels are OS processes."""
+    settings = load_or_exit(config)
+    if not settings.cluster_secret:
+        raise click.ClickException("SOKOVAN_CLUSTER_SECRET is not set: the agent refuses to start")
+    try:
+        file_values = read_config_file(config)
+    except ConfigFileError as exc:
+        raise click.ClickException(str(exc)) from exc
+    agent_config = build_config(
+        file_values,
+        agent_id=agent_id,
+        scaling_group=scaling_group,
+        slots=slots,
+        rpc_host=rpc_host,
+        rpc_port=rpc_port,
+        images=images,
+        work_dir=work_dir,
+        kill_grace=kill_grace,
+        heartbeat_interval=heartbeat_interval,
+    )
+    install_child_watcher()
+    try:
+        asyncio.run(_serve(settings, agent_config))
+    except AgentStartError as exc:
+        raise click.ClickException(str(exc)) from exc

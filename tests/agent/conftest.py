@@ -1,0 +1,106 @@
+"""Fixtures for agent tests: an in-process agent on a free port and a reader of its events."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from pydantic import BaseModel
+
+from sokovan.agent.daemon import AgentConfig, AgentDaemon
+from sokovan.agent.images import ImageCatalog, ImageEnv
+from sokovan.bus.streams import stream_key
+from sokovan.common.events import AgentEvent, decode_event
+from sokovan.common.rpc import AgentRPCClient, KernelSpec
+from sokovan.common.settings import Settings
+from sokovan.common.slots import ResourceSlots
+
+WAIT = 10.0
+
+
+class Empty(BaseModel):
+    """The body of a `ping`."""
+
+
+class AgentEvents:
+    """The events one agent put on the stream, in stream order."""
+
+    def __init__(self, redis: aioredis.Redis, settings: Settings, agent_id: str) -> None:
+        self._redis = redis
+        self._key = stream_key(settings.etcd_prefix)
+        self._secret = settings.cluster_secret or ""
+        self._agent_id = agent_id
+        self._last = "0-0"
+        self.seen: list[AgentEvent] = []
+
+    async def poll(self) -> None:
+        reply: Any = await self._redis.xread({self._key: self._last}, count=1000, block=100)
+        for _stream, entries in reply or []:
+            for entry_id, fields in entries:
+                self._last = entry_id.decode()
+                event = decode_event(fields, self._secret)
+                if event.agent_id == self._agent_id:
+                    self.seen.append(event)
+
+    async def wait_for(self, predicate: Callable[[AgentEvent], bool], within: float = WAIT) -> AgentEvent:
+        """The first event (of all seen so far) that matches, waiting for it if needed."""
+        async with asyncio.timeout(within):
+            while True:
+                for event in self.seen:
+                    if predicate(event):
+                        return event
+                await self.poll()
+
+    async def wait_kernel(self, name: str, kernel_id: str, within: float = WAIT) -> AgentEvent:
+        return await self.wait_for(
+            lambda e: e.name == name and getattr(e, "kernel_id", None) == kernel_id, within
+        )
+
+    def of_kernel(self, kernel_id: str) -> list[str]:
+        return [e.name for e in self.seen if getattr(e, "kernel_id", None) == kernel_id]
+
+
+def spec(command: str | None, **kwargs: object) -> KernelSpec:
+    """A kernel spec with fresh ids and the `shell` image unless told otherwise."""
+    values: dict[str, object] = {
+        "kernel_id": f"k-{uuid.uuid4().hex[:12]}",
+        "session_id": f"s-{uuid.uuid4().hex[:12]}",
+        "image": "shell",
+        "command": command,
+    }
+    values.update(kwargs)
+    return KernelSpec.model_validate(values)
+
+
+@pytest.fixture
+async def agent(settings: Settings, redis: aioredis.Redis, tmp_path: Path) -> AsyncIterator[AgentDaemon]:
+    config = AgentConfig(
+        agent_id=f"agent-{uuid.uuid4().hex[:8]}",
+        slots=ResourceSlots.parse({"cpu": 2, "mem": "1g"}),
+        rpc_port=0,
+        catalog=ImageCatalog({"custom": ImageEnv(path=("/usr/bin", "/bin"), env={"IMG_VAR": "from-image"})}),
+        work_dir=tmp_path / "work",
+        kill_grace=1.0,
+        heartbeat_interval=0.5,
+    )
+    daemon = AgentDaemon(settings, config)
+    await daemon.start()
+    yield daemon
+    await daemon.stop()
+
+
+@pytest.fixture
+def events(agent: AgentDaemon, redis: aioredis.Redis, settings: Settings) -> AgentEvents:
+    return AgentEvents(redis, settings, agent.agent_id)
+
+
+@pytest.fixture
+async def client(settings: Settings) -> AsyncIterator[AgentRPCClient]:
+    rpc = AgentRPCClient(settings.cluster_secret or "")
+    yield rpc
+    await rpc.close()
