@@ -106,7 +106,7 @@ common = {"agent_id": "a1", "kernel_id": KID, "session_id": SID}
             K.TERMINATED,
             None,
         ),
-        (KernelTerminated(reason="unknown", **common), K.TERMINATING, K.RUNNING, K.TERMINATED, None),
+        (KernelTerminated(reason="unknown", **common), K.PREPARED, K.TERMINATED, K.TERMINATED, None),
     ],
 )
 def test_kernel_event_transitions(event: object, from_ok: K, from_stale: K, to: K, cause: str | None) -> None:

@@ -64,8 +64,9 @@ def _plan(event: KernelEvent) -> tuple[frozenset[KernelStatus], KernelStatus, di
         message = f"kernel exited with code {event.exit_code}"
         return _LIVE, K.ERROR, code | _failure(FailureCause.KERNEL_NONZERO_EXIT, message)
     if event.reason == "unknown":
-        # The agent never had (or no longer has) the kernel: that confirms a destroy we asked for.
-        return frozenset({K.TERMINATING}), K.TERMINATED, code | {"message": "agent does not know the kernel"}
+        # Agents say "unknown" only in answer to a destroy we sent; it may overtake our own
+        # write of TERMINATING, so it ends the kernel from any live status.
+        return _LIVE, K.TERMINATED, code | {"message": "agent does not know the kernel"}
     return _LIVE, K.TERMINATED, code | {"message": f"kernel {event.reason}"}
 
 
