@@ -1,0 +1,51 @@
+"""The documents stay true: every class they name exists in the code."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+
+import sokovan
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMED = re.compile(r"`([A-Z][A-Za-z]+)`")
+
+
+def _defined_names() -> set[str]:
+    names: set[str] = set()
+    for module in pkgutil.walk_packages(sokovan.__path__, "sokovan."):
+        if module.name.endswith("__main__"):
+            continue
+        names.update(vars(importlib.import_module(module.name)))
+    return names
+
+
+def test_every_class_the_architecture_names_exists() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    named = set(NAMED.findall(text)) - {
+        "PENDING",
+        "SCHEDULED",
+        "PREPARING",
+        "CREATING",
+        "TERMINATING",
+        "TERMINATED",
+        "SUCCESS",
+        "ERROR",
+        "FAILURE",
+        "CANCELLED",
+        "USER_CANCELLED",
+        "SCHEDULER_TIMEOUT",
+        "RUNNING",
+        "PREPARED",
+    }
+    missing = sorted(named - _defined_names())
+    assert not missing, f"docs/architecture.md names classes that do not exist: {missing}"
+
+
+def test_handler_tables_name_real_handlers() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    rows = re.findall(r"^\| ([A-Z][A-Za-z]+) \|", text, flags=re.MULTILINE)
+    missing = sorted(set(rows) - _defined_names() - {"Handler", "Promotion"})
+    assert not missing, missing
