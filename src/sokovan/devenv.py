@@ -129,4 +129,3 @@ def run_dev() -> None:
             except subprocess.TimeoutExpired:
                 p.kill()
         subprocess.run([sys.executable, str(PROJECT_ROOT / "scripts" / "services.py"), "down"], check=False)
-

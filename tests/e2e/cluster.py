@@ -41,7 +41,7 @@ class Cluster:
         return self.token
 
     def start_manager(self) -> None:
-        log = open(self.workdir / "manager.log", "ab")  # noqa: SIM115 - closed with the process
+        log = open(self.workdir / "manager.log", "ab")
         self.manager = subprocess.Popen([*SOKOVAN, "manager"], env=self.env, stdout=log, stderr=log)
         self._wait(lambda: self._healthy(), "manager /healthz")
 
@@ -52,7 +52,7 @@ class Cluster:
         self.manager = None
 
     def start_agent(self, agent_id: str, slots: str = "cpu=2,mem=2g") -> None:
-        log = open(self.workdir / f"{agent_id}.log", "ab")  # noqa: SIM115
+        log = open(self.workdir / f"{agent_id}.log", "ab")
         self.agents[agent_id] = subprocess.Popen(
             [
                 *SOKOVAN,
@@ -140,10 +140,10 @@ class Client:
         assert status == 200, data
         return data  # type: ignore[no-any-return]
 
-    async def wait_status(self, sid: str, statuses: set[str], timeout: float = 30) -> dict[str, Any]:
+    async def wait_status(self, sid: str, statuses: set[str], within: float = 30) -> dict[str, Any]:
         import asyncio
 
-        deadline = asyncio.get_running_loop().time() + timeout
+        deadline = asyncio.get_running_loop().time() + within
         while True:
             session = await self.get(sid)
             if session["status"] in statuses:

@@ -9,6 +9,11 @@ import click
 # module path → attribute holding a click command or group
 COMMANDS: list[tuple[str, str]] = [
     ("sokovan.cli.db_cmd", "db"),
+    ("sokovan.cli.manager_cmd", "manager"),
+    ("sokovan.cli.dev_cmd", "dev"),
+    ("sokovan.cli.agent_cmd", "agent"),
+    ("sokovan.cli.session_cmd", "session"),
+    ("sokovan.cli.admin_cmd", "admin"),
 ]
 
 

@@ -107,9 +107,7 @@ class AgentRPCClient:
         body = request.model_dump_json().encode()
         url = f"http://{rpc_addr}/rpc/{method}"
         try:
-            async with self._session.post(
-                url, data=body, headers=signed_headers(self._secret, body)
-            ) as resp:
+            async with self._session.post(url, data=body, headers=signed_headers(self._secret, body)) as resp:
                 text = await resp.text()
                 if resp.status != 200:
                     raise RPCError(f"{method} on {rpc_addr}: HTTP {resp.status}: {text[:200]}")

@@ -1,0 +1,342 @@
+"""`sokovan session create/info/list/terminate/logs/history`: a client of REST v2."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import click
+
+from sokovan.cli.client import ApiClient, ApiError, ApiUnreachable
+from sokovan.cli.common import load_or_exit
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+POLL_INTERVAL = 0.2
+TERMINAL = frozenset({"TERMINATED", "ERROR", "CANCELLED"})
+
+
+def api_options(func: F) -> F:
+    func = click.option("--token", default=None, help="Bearer token (default: SOKOVAN_TOKEN).")(func)
+    func = click.option("--api", "api_url", default=None, help="API base URL (default: SOKOVAN_API).")(func)
+    return click.option(
+        "--config", "config", type=click.Path(dir_okay=False), default=None, help="TOML config file."
+    )(func)
+
+
+def _client(api_url: str | None, token: str | None, config: str | None) -> ApiClient:
+    settings = load_or_exit(config)
+    token = token or settings.token
+    if not token:
+        raise click.ClickException("no token: set SOKOVAN_TOKEN or pass --token")
+    return ApiClient(api_url or settings.api, token)
+
+
+@contextmanager
+def _api_errors() -> Iterator[None]:
+    try:
+        yield
+    except ApiError as exc:
+        raise click.ClickException(f"{exc.title}: {exc.detail}") from None
+    except ApiUnreachable as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _sid(session_id: str) -> str:
+    return "/v2/sessions/" + urllib.parse.quote(session_id, safe="")
+
+
+def _dump(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=False))
+
+
+def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=what)
+        out[key] = value
+    return out
+
+
+def _resources(text: str) -> dict[str, str]:
+    return _pairs(tuple(p.strip() for p in text.split(",") if p.strip()), "--resources")
+
+
+@click.group()
+def session() -> None:
+    """Create, follow and terminate sessions (REST v2 client)."""
+
+
+@session.command()
+@click.option("--image", required=True, help="An image some agent offers (e.g. python:3, shell).")
+@click.option(
+    "--type", "session_type", type=click.Choice(["batch", "interactive", "inference"]), default=None
+)
+@click.option("--command", default=None, help="Run under /bin/sh -c (required for batch).")
+@click.option("--resources", default=None, help="Per kernel, e.g. cpu=1,mem=256m.")
+@click.option("--cluster-size", type=int, default=None)
+@click.option("--cluster-mode", type=click.Choice(["single-node", "multi-node"]), default=None)
+@click.option("--scaling-group", default=None)
+@click.option("--env", "env", multiple=True, help="KEY=VALUE, repeatable.")
+@click.option("--name", default=None)
+@click.option("--priority", type=int, default=None)
+@click.option("--depends-on", "depends_on", multiple=True, help="Session id, repeatable.")
+@click.option("--creation-id", default=None, help="Idempotency key: a repeat returns the same session.")
+@click.option("--max-retries", type=int, default=None, help="Shorthand for retry_policy.max_retries.")
+@click.option("--wait", is_flag=True, help="Follow the session to RUNNING or a terminal status.")
+@click.option("--json", "as_json", is_flag=True)
+@api_options
+def create(
+    image: str,
+    session_type: str | None,
+    command: str | None,
+    resources: str | None,
+    cluster_size: int | None,
+    cluster_mode: str | None,
+    scaling_group: str | None,
+    env: tuple[str, ...],
+    name: str | None,
+    priority: int | None,
+    depends_on: tuple[str, ...],
+    creation_id: str | None,
+    max_retries: int | None,
+    wait: bool,
+    as_json: bool,
+    api_url: str | None,
+    token: str | None,
+    config: str | None,
+) -> None:
+    """Create a session."""
+    body: dict[str, Any] = {"image": image}
+    optional: dict[str, Any] = {
+        "type": session_type,
+        "command": command,
+        "resources": _resources(resources) if resources else None,
+        "cluster_size": cluster_size,
+        "cluster_mode": cluster_mode,
+        "scaling_group": scaling_group,
+        "environ": _pairs(env, "--env") or None,
+        "name": name,
+        "priority": priority,
+        "depends_on": list(depends_on) or None,
+        "creation_id": creation_id,
+        "retry_policy": {"max_retries": max_retries} if max_retries is not None else None,
+    }
+    body.update({k: v for k, v in optional.items() if v is not None})
+    client = _client(api_url, token, config)
+    with _api_errors():
+        status, created = client.request("POST", "/v2/sessions", body=body)
+        verb = "created" if status == 201 else "already exists (same creation id)"
+        if not wait:
+            if as_json:
+                _dump(created)
+            else:
+                click.echo(f"session {created['id']} ({created['name']}) {verb}: {created['status']}")
+            return
+        click.echo(f"session {created['id']} ({created['name']}) {verb}", err=as_json)
+        final = _follow(client, created["id"], err=as_json)
+    if as_json:
+        _dump(final)
+    sys.exit(_exit_code(final))
+
+
+def _follow(client: ApiClient, session_id: str, *, err: bool) -> dict[str, Any]:
+    """Poll until RUNNING or terminal, printing each transition (and each new pending reason)."""
+    last: tuple[str, str | None] | None = None
+    try:
+        while True:
+            current: dict[str, Any] = client.get(_sid(session_id))
+            status = current["status"]
+            info = current.get("status_info") or {}
+            reason = info.get("pending_reason") if status == "PENDING" else None
+            if (status, reason) != last:
+                click.echo(f"{dt.datetime.now():%H:%M:%S}  {_describe(current)}", err=err)
+                last = (status, reason)
+            if status == "RUNNING" or status in TERMINAL:
+                return current
+            time.sleep(POLL_INTERVAL)
+    except KeyboardInterrupt:
+        click.echo("stopped following; the session goes on", err=True)
+        sys.exit(130)
+
+
+def _describe(s: dict[str, Any]) -> str:
+    status = s["status"]
+    info = s.get("status_info") or {}
+    if status == "PENDING":
+        return f"PENDING  {info['pending_reason']}" if info.get("pending_reason") else "PENDING"
+    if status in TERMINAL:
+        parts = [status, f"result={s.get('result')}"]
+        if info.get("cause"):
+            parts.append(f"cause={info['cause']}")
+        if info.get("message"):
+            parts.append(f"({info['message']})")
+        return "  ".join(parts)
+    return str(status)
+
+
+def _exit_code(s: dict[str, Any]) -> int:
+    if s["status"] == "RUNNING":
+        return 0
+    if s["status"] == "TERMINATED" and s.get("result") in (None, "SUCCESS"):
+        return 0
+    return 1
+
+
+@session.command()
+@click.argument("session_id")
+@click.option("--json", "as_json", is_flag=True)
+@api_options
+def info(session_id: str, as_json: bool, api_url: str | None, token: str | None, config: str | None) -> None:
+    """Show one session."""
+    client = _client(api_url, token, config)
+    with _api_errors():
+        s = client.get(_sid(session_id))
+    if as_json:
+        _dump(s)
+        return
+    info_ = s.get("status_info") or {}
+    rows = [
+        ("id", s["id"]),
+        ("name", s["name"]),
+        ("owner", f"{s['owner']} ({s['access_key']})"),
+        ("status", s["status"] + (f"  result={s['result']}" if s.get("result") else "")),
+        ("cause", f"{info_.get('cause')}: {info_.get('message', '')}" if info_.get("cause") else None),
+        ("pending reason", info_.get("pending_reason")),
+        ("type", s["type"]),
+        ("image", s["image"]),
+        ("command", s.get("command")),
+        ("resources", ", ".join(f"{k}={v}" for k, v in s["resources"].items()) + " per kernel"),
+        ("cluster", f"{s['cluster_size']} kernel(s), {s['cluster_mode']}"),
+        ("scaling group", s["scaling_group"]),
+        ("priority", s["priority"]),
+        ("depends on", ", ".join(s.get("depends_on") or []) or None),
+        ("created", s["created_at"]),
+        ("status changed", s["status_changed_at"]),
+        ("terminated", s.get("terminated_at")),
+        (
+            "retry",
+            s["retry_state"] + (f", retry of {s['parent_session_id']}" if s.get("parent_session_id") else ""),
+        ),
+        ("retry cause", s.get("retry_cause")),
+        ("retry chain", " -> ".join(s["retry_chain"]) if len(s.get("retry_chain") or []) > 1 else None),
+    ]
+    for label, value in rows:
+        if value not in (None, ""):
+            click.echo(f"{label + ':':<16}{value}")
+    click.echo("kernels:")
+    for k in s.get("kernels", []):
+        exit_code = "" if k.get("exit_code") is None else f"  exit={k['exit_code']}"
+        agent = k.get("agent_id") or "-"
+        click.echo(f"  {k['id']}  {k['cluster_role']:<4}  {k['status']:<11}  agent={agent}{exit_code}")
+
+
+@session.command(name="list")
+@click.option("--status", default=None, help="Comma-separated statuses.")
+@click.option("--type", "session_type", default=None)
+@click.option("--owner", default=None, help="User name (admins only).")
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--cursor", default=None, help="next_cursor of a previous page.")
+@click.option("--json", "as_json", is_flag=True)
+@api_options
+def list_(
+    status: str | None,
+    session_type: str | None,
+    owner: str | None,
+    limit: int,
+    cursor: str | None,
+    as_json: bool,
+    api_url: str | None,
+    token: str | None,
+    config: str | None,
+) -> None:
+    """List sessions, newest first."""
+    client = _client(api_url, token, config)
+    with _api_errors():
+        page = client.get(
+            "/v2/sessions", status=status, type=session_type, owner=owner, limit=limit, cursor=cursor
+        )
+    if as_json:
+        _dump(page)
+        return
+    click.echo(f"{'ID':<36}  {'NAME':<20}  {'STATUS':<11}  {'TYPE':<11}  {'OWNER':<12}  CREATED")
+    for s in page["items"]:
+        click.echo(
+            f"{s['id']:<36}  {s['name'][:20]:<20}  {s['status']:<11}  {s['type']:<11}  "
+            f"{s['owner'][:12]:<12}  {s['created_at']}"
+        )
+    if page.get("next_cursor"):
+        click.echo(f"(more: --cursor {page['next_cursor']})")
+
+
+@session.command()
+@click.argument("session_id")
+@click.option("--forced", is_flag=True, help="Skip the graceful stop.")
+@click.option("--json", "as_json", is_flag=True)
+@api_options
+def terminate(
+    session_id: str, forced: bool, as_json: bool, api_url: str | None, token: str | None, config: str | None
+) -> None:
+    """Terminate a session (PENDING ones are cancelled)."""
+    client = _client(api_url, token, config)
+    with _api_errors():
+        _, s = client.request("DELETE", _sid(session_id), query={"forced": forced})
+    if as_json:
+        _dump(s)
+    else:
+        click.echo(f"session {s['id']}: {s['status']}")
+
+
+@session.command()
+@click.argument("session_id")
+@click.option("--json", "as_json", is_flag=True)
+@api_options
+def logs(session_id: str, as_json: bool, api_url: str | None, token: str | None, config: str | None) -> None:
+    """Print the stdout/stderr tail of each kernel."""
+    client = _client(api_url, token, config)
+    with _api_errors():
+        body = client.get(_sid(session_id) + "/logs")
+    if as_json:
+        _dump(body)
+        return
+    if not body["items"]:
+        click.echo("(no kernel has been placed on an agent yet)")
+    for item in body["items"]:
+        if item.get("error"):
+            click.echo(f"==> kernel {item['kernel_id']}: logs unavailable: {item['error']}", err=True)
+            continue
+        for stream in ("stdout", "stderr"):
+            if item[stream]:
+                click.echo(f"==> kernel {item['kernel_id']} {stream} <==")
+                click.echo(item[stream], nl=not item[stream].endswith("\n"))
+
+
+@session.command()
+@click.argument("session_id")
+@click.option("--json", "as_json", is_flag=True)
+@api_options
+def history(
+    session_id: str, as_json: bool, api_url: str | None, token: str | None, config: str | None
+) -> None:
+    """Show the scheduling history, oldest first."""
+    client = _client(api_url, token, config)
+    with _api_errors():
+        items = client.paged(_sid(session_id) + "/history", limit=500)
+    if as_json:
+        _dump({"items": items, "next_cursor": None})
+        return
+    click.echo(f"{'TIME':<27}  {'HANDLER':<24}  {'RESULT':<10}  {'FROM -> TO':<26}  TRY  MESSAGE")
+    for h in items:
+        move = f"{h.get('from_status') or '-'} -> {h.get('to_status') or '-'}"
+        click.echo(
+            f"{h['created_at']:<27}  {h['handler'][:24]:<24}  {h['result']:<10}  {move:<26}  "
+            f"{h['attempt']:<3}  {h.get('message') or ''}"
+        )

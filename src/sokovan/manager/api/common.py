@@ -1,0 +1,58 @@
+"""Small helpers the route modules share: app keys, JSON responses, path and query parsing."""
+
+from __future__ import annotations
+
+import uuid
+
+from aiohttp import web
+from pydantic import BaseModel
+
+from sokovan.manager.api.problems import Problem
+from sokovan.manager.controller import SchedulingController
+
+CONTROLLER_KEY = web.AppKey("scheduling_controller", SchedulingController)
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+
+
+def json_response(model: BaseModel, status: int = 200, *, exclude_none: bool = False) -> web.Response:
+    return web.Response(
+        status=status,
+        text=model.model_dump_json(exclude_none=exclude_none),
+        content_type="application/json",
+    )
+
+
+def path_uuid(request: web.Request, name: str = "id") -> uuid.UUID:
+    """A malformed id names nothing: 404, like an id that does not exist."""
+    raw = request.match_info[name]
+    try:
+        return uuid.UUID(raw)
+    except ValueError as exc:
+        raise Problem(404, "Not found", f"no session {raw!r}", slug="not-found") from exc
+
+
+def query_limit(request: web.Request) -> int:
+    raw = request.query.get("limit")
+    if raw is None:
+        return DEFAULT_LIMIT
+    try:
+        limit = int(raw)
+    except ValueError as exc:
+        raise Problem(400, "Bad query parameter", f"limit must be an integer, got {raw!r}") from exc
+    if not 1 <= limit <= MAX_LIMIT:
+        raise Problem(400, "Bad query parameter", f"limit must be between 1 and {MAX_LIMIT}")
+    return limit
+
+
+def query_bool(request: web.Request, name: str, default: bool = False) -> bool:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in {"true", "1", "yes", "on"}:
+        return True
+    if value in {"false", "0", "no", "off"}:
+        return False
+    raise Problem(400, "Bad query parameter", f"{name} must be true or false, got {raw!r}")

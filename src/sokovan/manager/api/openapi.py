@@ -1,0 +1,107 @@
+"""Routes are declared once, with their models, and both the router and the OpenAPI 3.1
+document are built from that declaration, so the document lists exactly what is served."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from sokovan.manager.api.schemas import ProblemDetails
+
+REF = "#/components/schemas/{model}"
+Handler = Callable[..., Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    where: Literal["path", "query"]
+    description: str
+    schema: dict[str, Any] = field(default_factory=lambda: {"type": "string"})
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    responses: dict[int, type[BaseModel] | None]
+    request: type[BaseModel] | None = None
+    params: Sequence[Param] = ()
+    auth: bool = True
+    admin: bool = False
+
+
+SESSION_ID = Param("id", "path", "session id (UUID)", {"type": "string", "format": "uuid"}, True)
+
+
+def build_document(routes: Sequence[Route], version: str) -> dict[str, Any]:
+    schemas: dict[str, Any] = {}
+
+    def ref(model: type[BaseModel], mode: Literal["validation", "serialization"]) -> dict[str, str]:
+        schema = model.model_json_schema(ref_template=REF, mode=mode)
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+        return {"$ref": REF.format(model=model.__name__)}
+
+    problem = ref(ProblemDetails, "serialization")
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        op: dict[str, Any] = {
+            "summary": route.summary,
+            "operationId": f"{route.method.lower()}_{route.handler.__name__}",
+            "parameters": [
+                {
+                    "name": p.name,
+                    "in": p.where,
+                    "required": p.required or p.where == "path",
+                    "description": p.description,
+                    "schema": p.schema,
+                }
+                for p in route.params
+            ],
+            "responses": {},
+        }
+        if route.request is not None:
+            op["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": ref(route.request, "validation")}},
+            }
+        for status, model in route.responses.items():
+            entry: dict[str, Any] = {"description": _reason(status)}
+            if model is not None:
+                entry["content"] = {"application/json": {"schema": ref(model, "serialization")}}
+            op["responses"][str(status)] = entry
+        errors = [400, 401, 404, 422, 500] if route.auth else [500]
+        if route.admin:
+            errors.append(403)
+        for status in errors:
+            op["responses"].setdefault(
+                str(status),
+                {
+                    "description": _reason(status),
+                    "content": {"application/problem+json": {"schema": problem}},
+                },
+            )
+        if route.auth:
+            op["security"] = [{"bearer": []}]
+        paths.setdefault(route.path, {})[route.method.lower()] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Sokovan REST v2", "version": version},
+        "paths": paths,
+        "components": {
+            "schemas": dict(sorted(schemas.items())),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def _reason(status: int) -> str:
+    return HTTPStatus(status).phrase

@@ -1,0 +1,127 @@
+"""RFC 9457 problem details: every error the API answers is `application/problem+json`.
+
+Handlers raise `Problem` (or a controller's `ControllerError`); the middleware here turns those,
+aiohttp's own HTTP errors (404 unknown route, 405 wrong method, ...) and anything unexpected
+(500, logged, never a stack trace in the response) into problem documents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, TypeVar
+
+import structlog
+from aiohttp import web
+from aiohttp.typedefs import Handler
+from pydantic import BaseModel, ValidationError
+
+from sokovan.manager.controller.errors import ControllerError
+
+log = structlog.get_logger(__name__)
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+PROBLEM_BASE = "https://sokovan.dev/problems/"
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class Problem(Exception):
+    def __init__(
+        self,
+        status: int,
+        title: str,
+        detail: str,
+        *,
+        slug: str | None = None,
+        errors: list[dict[str, Any]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.title = title
+        self.detail = detail
+        self.slug = slug or title.lower().replace(" ", "-")
+        self.errors = errors
+        self.headers = headers
+
+    def response(self) -> web.Response:
+        return problem_response(
+            self.status, self.title, self.detail, slug=self.slug, errors=self.errors, headers=self.headers
+        )
+
+
+def problem_response(
+    status: int,
+    title: str,
+    detail: str,
+    *,
+    slug: str | None = None,
+    errors: list[dict[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    body: dict[str, Any] = {
+        "type": PROBLEM_BASE + (slug or title.lower().replace(" ", "-")),
+        "title": title,
+        "status": status,
+        "detail": detail,
+    }
+    if errors:
+        body["errors"] = errors
+    return web.Response(
+        status=status, text=json.dumps(body), content_type=PROBLEM_CONTENT_TYPE, headers=headers
+    )
+
+
+def validation_problem(exc: ValidationError, where: str = "body") -> Problem:
+    errors = [
+        {
+            "field": ".".join(str(p) for p in err["loc"]) or where,
+            "message": err["msg"],
+            "type": err["type"],
+        }
+        for err in exc.errors(include_url=False, include_context=False, include_input=False)
+    ]
+    summary = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+    return Problem(422, "Validation failed", summary, slug="validation-failed", errors=errors)
+
+
+async def parse_body(request: web.Request, model: type[M]) -> M:
+    """The request body as `model`: 400 when it is not JSON, 422 with field errors when invalid."""
+    raw = await request.read()
+    try:
+        data = json.loads(raw) if raw else None
+    except ValueError as exc:
+        raise Problem(400, "Malformed JSON", f"the request body is not valid JSON: {exc}") from exc
+    if data is None:
+        raise Problem(400, "Malformed JSON", "the request body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_problem(exc) from exc
+
+
+@web.middleware
+async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except Problem as problem:
+        return problem.response()
+    except ControllerError as exc:
+        return problem_response(exc.status, exc.title, exc.detail, slug=exc.slug, errors=exc.errors)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        detail = {
+            404: f"no resource at {request.path}",
+            405: f"{request.method} is not allowed on {request.path}",
+        }.get(exc.status, exc.text or exc.reason)
+        return problem_response(exc.status, exc.reason, detail, headers=headers)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("unhandled error in API handler", method=request.method, path=request.path)
+        return problem_response(
+            500, "Internal Server Error", "an unexpected error occurred; it has been logged"
+        )

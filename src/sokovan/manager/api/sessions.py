@@ -1,0 +1,188 @@
+"""`/v2/sessions`: create, read, list, terminate, history and logs."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import structlog
+from aiohttp import web
+
+from sokovan.common.types import SessionStatus, SessionType
+from sokovan.manager.api.auth import CTX_KEY, principal_of
+from sokovan.manager.api.common import (
+    CONTROLLER_KEY,
+    json_response,
+    path_uuid,
+    query_bool,
+    query_limit,
+)
+from sokovan.manager.api.openapi import SESSION_ID, Param, Route
+from sokovan.manager.api.problems import Problem, parse_body
+from sokovan.manager.api.schemas import (
+    HistoryItem,
+    HistoryList,
+    KernelLogs,
+    LogsResponse,
+    SessionCreateRequest,
+    SessionList,
+    SessionOut,
+)
+from sokovan.manager.repositories import sessions_read
+from sokovan.manager.repositories.tenancy import Principal
+
+log = structlog.get_logger(__name__)
+
+
+async def _session_or_404(request: web.Request, session_id: uuid.UUID, principal: Principal) -> SessionOut:
+    async with request.app[CTX_KEY].engine.connect() as conn:
+        view = await sessions_read.get_session(conn, session_id, principal)
+    if view is None:
+        raise Problem(404, "Not found", f"session {session_id} not found", slug="not-found")
+    return SessionOut.model_validate(view)
+
+
+async def create_session(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    if query_bool(request, "dry_run"):
+        raise Problem(501, "Not Implemented", "dry_run is not served by this manager yet")
+    spec = await parse_body(request, SessionCreateRequest)
+    outcome = await request.app[CONTROLLER_KEY].create_session(principal, spec)
+    session = await _session_or_404(request, outcome.session_id, principal)
+    return json_response(session, 201 if outcome.created else 200)
+
+
+async def get_session(request: web.Request) -> web.Response:
+    return json_response(await _session_or_404(request, path_uuid(request), principal_of(request)))
+
+
+def _csv(request: web.Request, name: str) -> list[str]:
+    return [v.strip() for raw in request.query.getall(name, []) for v in raw.split(",") if v.strip()]
+
+
+async def list_sessions(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    statuses = [s.upper() for s in _csv(request, "status")]
+    types = [t.lower() for t in _csv(request, "type")]
+    bad = [s for s in statuses if s not in SessionStatus.__members__] + [
+        t for t in types if t not in {m.value for m in SessionType}
+    ]
+    if bad:
+        raise Problem(400, "Bad query parameter", f"unknown status or type: {', '.join(bad)}")
+    owner = request.query.get("owner") or None
+    if owner is not None and not principal.is_admin and owner != principal.user_name:
+        raise Problem(403, "Forbidden", "only admins may list other users' sessions")
+    flt = sessions_read.SessionFilter(statuses=statuses, types=types, owner=owner)
+    async with request.app[CTX_KEY].engine.connect() as conn:
+        try:
+            items, cursor = await sessions_read.list_sessions(
+                conn, principal, flt, query_limit(request), request.query.get("cursor") or None
+            )
+        except ValueError as exc:
+            raise Problem(400, "Bad query parameter", f"cursor: {exc}") from exc
+    return json_response(SessionList(items=[SessionOut.model_validate(i) for i in items], next_cursor=cursor))
+
+
+async def terminate_session(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    session_id = path_uuid(request)
+    forced = query_bool(request, "forced")
+    await request.app[CONTROLLER_KEY].terminate_session(principal, session_id, forced)
+    return json_response(await _session_or_404(request, session_id, principal), 202)
+
+
+async def session_history(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    session_id = path_uuid(request)
+    async with request.app[CTX_KEY].engine.connect() as conn:
+        if not await sessions_read.session_is_visible(conn, session_id, principal):
+            raise Problem(404, "Not found", f"session {session_id} not found", slug="not-found")
+        try:
+            items, cursor = await sessions_read.list_history(
+                conn, session_id, query_limit(request), request.query.get("cursor") or None
+            )
+        except ValueError as exc:
+            raise Problem(400, "Bad query parameter", f"cursor: {exc}") from exc
+    return json_response(
+        HistoryList(items=[HistoryItem.model_validate(i) for i in items], next_cursor=cursor)
+    )
+
+
+async def session_logs(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    session_id = path_uuid(request)
+    ctx = request.app[CTX_KEY]
+    async with ctx.engine.connect() as conn:
+        if not await sessions_read.session_is_visible(conn, session_id, principal):
+            raise Problem(404, "Not found", f"session {session_id} not found", slug="not-found")
+        kernels = await sessions_read.kernels_for_logs(conn, session_id)
+
+    async def fetch(kernel_id: uuid.UUID, rpc_addr: str) -> KernelLogs:
+        try:
+            got = await ctx.rpc.logs(rpc_addr, str(kernel_id))
+        except Exception as exc:  # an unreachable agent costs its kernel's logs, not the request
+            log.warning("could not fetch kernel logs", kernel_id=str(kernel_id), error=repr(exc))
+            return KernelLogs(kernel_id=kernel_id, stdout="", stderr="", error=str(exc) or repr(exc))
+        return KernelLogs(kernel_id=kernel_id, stdout=got.stdout, stderr=got.stderr)
+
+    items = await asyncio.gather(*(fetch(k, addr) for k, addr in kernels if addr is not None))
+    return json_response(LogsResponse(items=list(items)), exclude_none=True)
+
+
+_PAGING = (
+    Param(
+        "limit", "query", "page size, 1-500 (default 50)", {"type": "integer", "minimum": 1, "maximum": 500}
+    ),
+    Param("cursor", "query", "next_cursor of the previous page"),
+)
+
+ROUTES = [
+    Route(
+        "POST",
+        "/v2/sessions",
+        create_session,
+        "Create a session (200 with the existing one for a repeated creation_id)",
+        {201: SessionOut, 200: SessionOut},
+        request=SessionCreateRequest,
+    ),
+    Route(
+        "GET",
+        "/v2/sessions",
+        list_sessions,
+        "List sessions, newest first",
+        {200: SessionList},
+        params=(
+            Param("status", "query", "comma-separated statuses"),
+            Param("type", "query", "batch, interactive or inference"),
+            Param("owner", "query", "user name (admins only)"),
+            *_PAGING,
+        ),
+    ),
+    Route(
+        "GET", "/v2/sessions/{id}", get_session, "Read one session", {200: SessionOut}, params=(SESSION_ID,)
+    ),
+    Route(
+        "DELETE",
+        "/v2/sessions/{id}",
+        terminate_session,
+        "Terminate a session (idempotent)",
+        {202: SessionOut},
+        params=(SESSION_ID, Param("forced", "query", "skip the graceful stop", {"type": "boolean"})),
+    ),
+    Route(
+        "GET",
+        "/v2/sessions/{id}/history",
+        session_history,
+        "Scheduling history, oldest first",
+        {200: HistoryList},
+        params=(SESSION_ID, *_PAGING),
+    ),
+    Route(
+        "GET",
+        "/v2/sessions/{id}/logs",
+        session_logs,
+        "stdout/stderr tail of each kernel placed on an agent",
+        {200: LogsResponse},
+        params=(SESSION_ID,),
+    ),
+]

@@ -1,0 +1,50 @@
+"""What a controller refuses, as data the API turns into problem+json responses."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class ControllerError(Exception):
+    """A request the controller refuses; nothing was written."""
+
+    status: ClassVar[int] = 400
+    slug: ClassVar[str] = "bad-request"
+    title: ClassVar[str] = "Bad request"
+
+    def __init__(self, detail: str, errors: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.errors = errors
+
+
+class InvalidRequest(ControllerError):
+    """A field is wrong on its own (bad slot amount, missing command, ...)."""
+
+    status = 422
+    slug = "invalid-request"
+    title = "Invalid request"
+
+
+class UnknownReference(ControllerError):
+    """The request names something that does not exist: scaling group, image, session, domain."""
+
+    status = 422
+    slug = "unknown-reference"
+    title = "Unknown reference"
+
+
+class Unsatisfiable(ControllerError):
+    """The request is well formed but no agent of the scaling group could ever hold it."""
+
+    status = 422
+    slug = "unsatisfiable"
+    title = "Request can never be satisfied"
+
+
+class NotFound(ControllerError):
+    """The target does not exist or is not the caller's (the two are not told apart)."""
+
+    status = 404
+    slug = "not-found"
+    title = "Not found"

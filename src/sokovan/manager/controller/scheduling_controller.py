@@ -1,0 +1,320 @@
+"""SchedulingController: the API's way to enqueue and terminate sessions.
+
+Creation validates everything that can be known without placing (fields, scaling group, image,
+total capacity, dependencies) and then writes the session, its kernels, its dependencies and an
+audit row in ONE transaction; a refused request writes nothing. Termination goes through the
+guarded `apply_session_transitions`, like every other status change. Both hint the schedule
+coordinator after commit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from sqlalchemy import insert, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from sokovan.common.slots import ResourceSlots
+from sokovan.common.types import (
+    FailureCause,
+    KernelStatus,
+    SchedulingResult,
+    SessionStatus,
+)
+from sokovan.db.models import Agent, AuditLog, Kernel, ScalingGroup, Session, SessionDependency
+from sokovan.manager.context import SCHEDULE, ManagerContext
+from sokovan.manager.controller.errors import NotFound, UnknownReference, Unsatisfiable
+from sokovan.manager.controller.feasibility import AgentCapacity, never_fits
+from sokovan.manager.controller.session_spec import SessionCreateRequest
+from sokovan.manager.repositories.sessions_read import visible
+from sokovan.manager.repositories.tenancy import Principal
+from sokovan.manager.repositories.transitions import SessionTransition, apply_session_transitions
+
+log = structlog.get_logger(__name__)
+
+TERMINATE_HANDLER = "api.terminate"
+# Statuses a terminate request moves to TERMINATING: the session holds (or is getting) kernels.
+STARTED = frozenset(
+    {
+        SessionStatus.SCHEDULED,
+        SessionStatus.PREPARING,
+        SessionStatus.PULLING,
+        SessionStatus.PREPARED,
+        SessionStatus.CREATING,
+        SessionStatus.RUNNING,
+    }
+)
+
+
+@dataclass(frozen=True)
+class CreateOutcome:
+    session_id: uuid.UUID
+    created: bool  # False: an earlier request with the same creation_id made it
+
+
+class SchedulingController:
+    def __init__(self, ctx: ManagerContext) -> None:
+        self._ctx = ctx
+
+    # -- create -------------------------------------------------------------------------------
+
+    async def create_session(self, principal: Principal, spec: SessionCreateRequest) -> CreateOutcome:
+        per_kernel = spec.per_kernel_slots()
+        try:
+            async with self._ctx.engine.begin() as conn:
+                if spec.creation_id is not None:
+                    existing = await self._by_creation_id(conn, principal, spec.creation_id)
+                    if existing is not None:
+                        return CreateOutcome(existing, created=False)
+                await self._check_placeable(conn, spec, per_kernel)
+                depends_on = await self._check_dependencies(conn, principal, spec.depends_on)
+                session_id = await self._insert(conn, principal, spec, per_kernel, depends_on)
+        except IntegrityError:
+            # Two requests with one creation_id raced: the unique constraint let one of them in.
+            if spec.creation_id is None:
+                raise
+            async with self._ctx.engine.connect() as conn:
+                existing = await self._by_creation_id(conn, principal, spec.creation_id)
+            if existing is None:
+                raise
+            return CreateOutcome(existing, created=False)
+        await self._hint()
+        return CreateOutcome(session_id, created=True)
+
+    async def _by_creation_id(
+        self, conn: AsyncConnection, principal: Principal, creation_id: str
+    ) -> uuid.UUID | None:
+        found: uuid.UUID | None = (
+            await conn.execute(
+                select(Session.id).where(
+                    Session.access_key == principal.access_key, Session.creation_id == creation_id
+                )
+            )
+        ).scalar_one_or_none()
+        return found
+
+    async def _check_placeable(
+        self, conn: AsyncConnection, spec: SessionCreateRequest, per_kernel: ResourceSlots
+    ) -> None:
+        sg = (
+            await conn.execute(
+                select(ScalingGroup.allowed_session_types).where(ScalingGroup.name == spec.scaling_group)
+            )
+        ).first()
+        if sg is None:
+            raise UnknownReference(f"scaling group {spec.scaling_group!r} does not exist")
+        if spec.type.value not in (sg.allowed_session_types or []):
+            raise Unsatisfiable(
+                f"scaling group {spec.scaling_group!r} does not allow {spec.type.value} sessions "
+                f"(allowed: {', '.join(sg.allowed_session_types or []) or 'none'})"
+            )
+        rows = await conn.execute(
+            select(Agent.id, Agent.available_slots, Agent.images).where(
+                Agent.scaling_group == spec.scaling_group
+            )
+        )
+        agents = [
+            AgentCapacity(r.id, ResourceSlots.from_json(r.available_slots), frozenset(r.images or []))
+            for r in rows
+        ]
+        offering = [a for a in agents if spec.image in a.images]
+        if not offering:
+            raise UnknownReference(
+                f"unknown image {spec.image!r}: no agent of scaling group {spec.scaling_group!r} offers it"
+            )
+        reason = never_fits(per_kernel, spec.cluster_size, spec.cluster_mode, offering)
+        if reason is not None:
+            raise Unsatisfiable(
+                f"no agent of scaling group {spec.scaling_group!r} offering {spec.image!r} "
+                f"could ever hold this session: {reason}"
+            )
+
+    async def _check_dependencies(
+        self, conn: AsyncConnection, principal: Principal, depends_on: list[uuid.UUID]
+    ) -> list[uuid.UUID]:
+        wanted = list(dict.fromkeys(depends_on))
+        if not wanted:
+            return []
+        found = set(
+            (
+                await conn.execute(select(Session.id).where(Session.id.in_(wanted), visible(principal)))
+            ).scalars()
+        )
+        missing = [str(d) for d in wanted if d not in found]
+        if missing:
+            raise UnknownReference(f"depends_on names sessions that do not exist: {', '.join(missing)}")
+        return wanted
+
+    async def _insert(
+        self,
+        conn: AsyncConnection,
+        principal: Principal,
+        spec: SessionCreateRequest,
+        per_kernel: ResourceSlots,
+        depends_on: list[uuid.UUID],
+    ) -> uuid.UUID:
+        session_id = uuid.uuid4()
+        slots = per_kernel.to_json()
+        policy = spec.retry_policy
+        await conn.execute(
+            insert(Session).values(
+                id=session_id,
+                name=spec.name or f"s-{session_id.hex[:8]}",
+                creation_id=spec.creation_id,
+                access_key=principal.access_key,
+                user_id=principal.user_id,
+                project_id=principal.project_id,
+                domain_name=principal.domain_name,
+                scaling_group=spec.scaling_group,
+                type=spec.type.value,
+                image=spec.image,
+                command=spec.command,
+                environ=spec.environ,
+                resources=slots,
+                cluster_size=spec.cluster_size,
+                cluster_mode=spec.cluster_mode.value,
+                priority=spec.priority,
+                status=SessionStatus.PENDING.value,
+                status_info={},
+                retry_count=0,
+                max_retries=policy.max_retries if policy else 0,
+                retry_policy=policy.model_dump(mode="json") if policy else None,
+            )
+        )
+        await conn.execute(
+            insert(Kernel),
+            [
+                {
+                    "id": uuid.uuid4(),
+                    "session_id": session_id,
+                    "cluster_role": "main" if idx == 0 else "sub",
+                    "cluster_idx": idx,
+                    "agent_id": None,
+                    "status": KernelStatus.PENDING.value,
+                    "status_info": {},
+                    "occupied_slots": slots,
+                }
+                for idx in range(spec.cluster_size)
+            ],
+        )
+        if depends_on:
+            await conn.execute(
+                insert(SessionDependency),
+                [{"session_id": session_id, "depends_on": dep} for dep in depends_on],
+            )
+        await self._audit(
+            conn,
+            principal,
+            "session.create",
+            session_id,
+            {
+                "name": spec.name,
+                "image": spec.image,
+                "type": spec.type.value,
+                "cluster_size": spec.cluster_size,
+                "scaling_group": spec.scaling_group,
+                "creation_id": spec.creation_id,
+            },
+        )
+        return session_id
+
+    # -- terminate ----------------------------------------------------------------------------
+
+    async def terminate_session(self, principal: Principal, session_id: uuid.UUID, forced: bool) -> None:
+        """Idempotent: PENDING → CANCELLED, started → TERMINATING, terminal → nothing."""
+        for _ in range(2):  # a stale guard means the status moved under us: re-read once
+            async with self._ctx.engine.begin() as conn:
+                row = (
+                    await conn.execute(
+                        select(Session.status, Session.status_info).where(
+                            Session.id == session_id, visible(principal)
+                        )
+                    )
+                ).first()
+                if row is None:
+                    raise NotFound(f"session {session_id} not found")
+                transition = _terminate_transition(
+                    session_id, SessionStatus(row.status), dict(row.status_info or {}), forced
+                )
+                if transition is None:
+                    return
+                applied = await apply_session_transitions(conn, [transition])
+                if applied.applied:
+                    await self._audit(conn, principal, "session.terminate", session_id, {"forced": forced})
+            if applied.applied:
+                await self._hint()
+                return
+        log.warning("terminate stayed stale after a retry", session_id=str(session_id))
+
+    # -- shared -------------------------------------------------------------------------------
+
+    async def _audit(
+        self,
+        conn: AsyncConnection,
+        principal: Principal,
+        action: str,
+        session_id: uuid.UUID,
+        detail: dict[str, Any],
+    ) -> None:
+        await conn.execute(
+            insert(AuditLog).values(
+                actor=principal.access_key, action=action, target=str(session_id), detail=detail
+            )
+        )
+
+    async def _hint(self) -> None:
+        try:
+            await self._ctx.hints.hint(SCHEDULE)
+        except Exception:  # a lost hint costs one long-cycle interval, never the request
+            log.warning("could not publish the schedule hint", exc_info=True)
+
+
+def _terminate_transition(
+    session_id: uuid.UUID, status: SessionStatus, info: dict[str, Any], forced: bool
+) -> SessionTransition | None:
+    """The one guarded move a terminate request makes from `status`, or None for nothing to do."""
+    if status == SessionStatus.PENDING:
+        return SessionTransition(
+            session_id=session_id,
+            expected=frozenset({SessionStatus.PENDING}),
+            to_status=SessionStatus.CANCELLED,
+            handler=TERMINATE_HANDLER,
+            result=SchedulingResult.SUCCESS,
+            kernel_to=KernelStatus.CANCELLED,
+            status_info={
+                "cause": FailureCause.USER_CANCELLED.value,
+                "message": "cancelled by user before it was scheduled",
+            },
+            session_result=None,
+            message="cancelled by user",
+        )
+    if status in STARTED:
+        return SessionTransition(
+            session_id=session_id,
+            expected=STARTED,
+            to_status=SessionStatus.TERMINATING,
+            handler=TERMINATE_HANDLER,
+            result=SchedulingResult.SUCCESS,
+            status_info={
+                "cause": FailureCause.USER_CANCELLED.value,
+                "message": "terminated by user",
+                "forced": forced,
+            },
+            session_result=None,
+            message="terminate requested by user" + (" (forced)" if forced else ""),
+        )
+    if status == SessionStatus.TERMINATING and forced and not info.get("forced"):
+        return SessionTransition(
+            session_id=session_id,
+            expected=frozenset({SessionStatus.TERMINATING}),
+            to_status=None,
+            handler=TERMINATE_HANDLER,
+            result=SchedulingResult.SUCCESS,
+            status_info={"forced": True},
+            message="forced termination requested by user",
+        )
+    return None

@@ -1,0 +1,70 @@
+"""The validated request to create a session: what `POST /v2/sessions` accepts.
+
+Field-level checks live here (pydantic turns them into 422 field errors); checks that need the
+database (scaling group, image, capacity, dependencies) live in the SchedulingController.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+    field_validator,
+)
+
+from sokovan.common.retry_policy import RetryPolicy
+from sokovan.common.slots import ResourceSlots
+from sokovan.common.types import ClusterMode, SessionType
+
+DEFAULT_RESOURCES: dict[str, object] = {"cpu": 1, "mem": "256m"}
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
+class SessionCreateRequest(BaseModel):
+    """Body of `POST /v2/sessions`. `resources` are per kernel; `mem` takes bytes or "512m"/"4g"."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, pattern=NAME_PATTERN)
+    image: str = Field(min_length=1, max_length=256)
+    type: SessionType = SessionType.BATCH
+    command: str | None = Field(default=None, max_length=65536, validate_default=True)
+    resources: dict[str, StrictInt | StrictFloat | StrictStr] | None = Field(
+        default=None,
+        description="Per-kernel slots; slots left out take the defaults cpu=1, mem=256m.",
+        json_schema_extra={"example": {"cpu": 1, "mem": "512m"}},
+    )
+    cluster_size: int = Field(default=1, ge=1, le=1024)
+    cluster_mode: ClusterMode = ClusterMode.SINGLE_NODE
+    scaling_group: str = Field(default="default", min_length=1, max_length=64)
+    environ: dict[str, str] = Field(default_factory=dict)
+    depends_on: list[uuid.UUID] = Field(default_factory=list, max_length=256)
+    priority: int = Field(default=10, ge=0, le=100)
+    retry_policy: RetryPolicy | None = None
+    creation_id: str | None = Field(default=None, min_length=1, max_length=128)
+
+    @field_validator("resources")
+    @classmethod
+    def _parse_resources(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        return ResourceSlots.parse(value).to_json()  # SlotError is a ValueError: a field error
+
+    @field_validator("command")
+    @classmethod
+    def _batch_needs_command(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if info.data.get("type") == SessionType.BATCH and not (value and value.strip()):
+            raise ValueError("a batch session needs a command")
+        return value
+
+    def per_kernel_slots(self) -> ResourceSlots:
+        """The per-kernel request: the defaults overlaid with what the caller gave."""
+        return ResourceSlots.parse({**DEFAULT_RESOURCES, **(self.resources or {})})

@@ -1,0 +1,269 @@
+"""Read side of sessions for the API: one session, lists, history, kernels to fetch logs from.
+
+Every query is filtered by what the caller may see (`visible`): a user its own sessions, an
+admin all. A session the caller may not see reads exactly like one that does not exist.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, and_, literal, or_, select, true
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.orm import aliased
+
+from sokovan.db.models import Agent, Kernel, Session, SessionDependency, SessionSchedulingHistory, User
+from sokovan.manager.repositories.tenancy import Principal
+
+MAX_CHAIN = 1000  # a bound on retry-chain walks, against a (never expected) parent cycle
+
+
+def visible(principal: Principal) -> ColumnElement[bool]:
+    if principal.is_admin:
+        return true()
+    return Session.user_id == principal.user_id
+
+
+@dataclass(frozen=True)
+class SessionFilter:
+    statuses: Sequence[str] = ()
+    types: Sequence[str] = ()
+    owner: str | None = None
+
+
+# -- cursors: opaque to clients, base64url of a small JSON document ----------------------------
+
+
+def encode_cursor(values: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(values, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> dict[str, Any]:
+    """Raises ValueError for anything this module did not hand out."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError("malformed cursor") from exc
+    if not isinstance(value, dict):
+        raise ValueError("malformed cursor")
+    return value
+
+
+# -- sessions ---------------------------------------------------------------------------------
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z") if value else None
+
+
+def _session_query() -> Select[Any]:
+    cols = [*Session.__table__.c, User.name.label("owner")]
+    query: Select[Any] = select(*cols).join(User, User.id == Session.user_id)
+    return query
+
+
+async def get_session(
+    conn: AsyncConnection, session_id: uuid.UUID, principal: Principal
+) -> dict[str, Any] | None:
+    rows = (await conn.execute(_session_query().where(Session.id == session_id, visible(principal)))).all()
+    views = await _views(conn, rows)
+    return views[0] if views else None
+
+
+async def list_sessions(
+    conn: AsyncConnection, principal: Principal, flt: SessionFilter, limit: int, cursor: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Newest first; `cursor` continues after the last item of the previous page."""
+    query = _session_query().where(visible(principal))
+    if flt.statuses:
+        query = query.where(Session.status.in_(flt.statuses))
+    if flt.types:
+        query = query.where(Session.type.in_(flt.types))
+    if flt.owner is not None:
+        query = query.where(User.name == flt.owner)
+    if cursor is not None:
+        after = decode_cursor(cursor)
+        try:
+            at, last = dt.datetime.fromisoformat(after["t"]), uuid.UUID(after["id"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError("malformed cursor") from exc
+        query = query.where(or_(Session.created_at < at, and_(Session.created_at == at, Session.id < last)))
+    query = query.order_by(Session.created_at.desc(), Session.id.desc()).limit(limit + 1)
+    rows = (await conn.execute(query)).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    views = await _views(conn, rows)
+    next_cursor = None
+    if more and rows:
+        tail = rows[-1]
+        next_cursor = encode_cursor({"t": tail.created_at.isoformat(), "id": str(tail.id)})
+    return views, next_cursor
+
+
+async def _views(conn: AsyncConnection, rows: Sequence[Any]) -> list[dict[str, Any]]:
+    """Session JSON for each row, with kernels, dependencies and retry chains batched."""
+    ids = [r.id for r in rows]
+    if not ids:
+        return []
+    kernels: dict[uuid.UUID, list[dict[str, Any]]] = defaultdict(list)
+    for kern in await conn.execute(
+        select(*Kernel.__table__.c)
+        .where(Kernel.session_id.in_(ids))
+        .order_by(Kernel.session_id, Kernel.cluster_idx)
+    ):
+        kernels[kern.session_id].append(
+            {
+                "id": str(kern.id),
+                "status": kern.status,
+                "agent_id": kern.agent_id,
+                "exit_code": kern.exit_code,
+                "cluster_role": kern.cluster_role,
+            }
+        )
+    deps: dict[uuid.UUID, list[str]] = defaultdict(list)
+    dep_rows = await conn.execute(
+        select(SessionDependency.session_id, SessionDependency.depends_on).where(
+            SessionDependency.session_id.in_(ids)
+        )
+    )
+    for d in dep_rows:
+        deps[d.session_id].append(str(d.depends_on))
+    chains, children = await _retry_chains(conn, ids)
+    out = []
+    for s in rows:
+        out.append(
+            {
+                "id": str(s.id),
+                "name": s.name,
+                "owner": s.owner,
+                "access_key": s.access_key,
+                "status": s.status,
+                "result": s.result,
+                "status_info": s.status_info or {},
+                "type": s.type,
+                "image": s.image,
+                "command": s.command,
+                "resources": s.resources,
+                "cluster_size": s.cluster_size,
+                "cluster_mode": s.cluster_mode,
+                "scaling_group": s.scaling_group,
+                "priority": s.priority,
+                "environ": s.environ or {},
+                "depends_on": sorted(deps.get(s.id, [])),
+                "kernels": kernels.get(s.id, []),
+                "created_at": _iso(s.created_at),
+                "status_changed_at": _iso(s.status_changed_at),
+                "terminated_at": _iso(s.terminated_at),
+                "creation_id": s.creation_id,
+                "parent_session_id": str(s.parent_session_id) if s.parent_session_id else None,
+                "retry_count": s.retry_count,
+                "max_retries": s.max_retries,
+                "retry_policy": s.retry_policy,
+                "retry_cause": s.retry_cause,
+                "retry_state": f"attempt {s.retry_count + 1} of {1 + s.max_retries}",
+                "retry_child_id": children.get(s.id),
+                "retry_chain": chains.get(s.id, [str(s.id)]),
+            }
+        )
+    return out
+
+
+async def _retry_chains(
+    conn: AsyncConnection, ids: Sequence[uuid.UUID]
+) -> tuple[dict[uuid.UUID, list[str]], dict[uuid.UUID, str]]:
+    """For each id: the whole chain (root first, then children by depth) and its next attempt."""
+    s = aliased(Session)
+    up = (
+        select(Session.id.label("start"), Session.id.label("cur"), Session.parent_session_id.label("parent"))
+        .where(Session.id.in_(ids))
+        .cte("up", recursive=True)
+    )
+    up = up.union_all(select(up.c.start, s.id, s.parent_session_id).join(s, s.id == up.c.parent))
+    roots = {
+        r.start: r.cur for r in await conn.execute(select(up.c.start, up.c.cur).where(up.c.parent.is_(None)))
+    }
+    s2 = aliased(Session)
+    down = (
+        select(
+            Session.id.label("root"),
+            Session.id.label("cur"),
+            Session.parent_session_id.label("parent"),
+            literal(0).label("depth"),
+            Session.created_at.label("created_at"),
+        )
+        .where(Session.id.in_(set(roots.values())))
+        .cte("down", recursive=True)
+    )
+    down = down.union_all(
+        select(down.c.root, s2.id, s2.parent_session_id, down.c.depth + 1, s2.created_at)
+        .join(s2, s2.parent_session_id == down.c.cur)
+        .where(down.c.depth < MAX_CHAIN)
+    )
+    members: dict[uuid.UUID, list[str]] = defaultdict(list)
+    children: dict[uuid.UUID, str] = {}
+    for r in await conn.execute(
+        select(down.c.root, down.c.cur, down.c.parent).order_by(down.c.root, down.c.depth, down.c.created_at)
+    ):
+        members[r.root].append(str(r.cur))
+        if r.parent is not None:
+            children[r.parent] = str(r.cur)  # the newest child wins if there were several
+    return {start: members[root] for start, root in roots.items()}, children
+
+
+# -- history, kernels --------------------------------------------------------------------------
+
+
+async def list_history(
+    conn: AsyncConnection, session_id: uuid.UUID, limit: int, cursor: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Oldest first. The caller has already checked that the session is visible."""
+    query = select(*SessionSchedulingHistory.__table__.c).where(
+        SessionSchedulingHistory.session_id == session_id
+    )
+    if cursor is not None:
+        after = decode_cursor(cursor).get("id")
+        if not isinstance(after, int):
+            raise ValueError("malformed cursor")
+        query = query.where(SessionSchedulingHistory.id > after)
+    rows = (await conn.execute(query.order_by(SessionSchedulingHistory.id).limit(limit + 1))).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    items = [
+        {
+            "handler": h.handler,
+            "result": h.result,
+            "from_status": h.from_status,
+            "to_status": h.to_status,
+            "message": h.message,
+            "attempt": h.attempt,
+            "created_at": _iso(h.created_at),
+        }
+        for h in rows
+    ]
+    return items, encode_cursor({"id": rows[-1].id}) if more and rows else None
+
+
+async def session_is_visible(conn: AsyncConnection, session_id: uuid.UUID, principal: Principal) -> bool:
+    found = await conn.execute(select(Session.id).where(Session.id == session_id, visible(principal)))
+    return found.first() is not None
+
+
+async def kernels_for_logs(
+    conn: AsyncConnection, session_id: uuid.UUID
+) -> list[tuple[uuid.UUID, str | None]]:
+    """(kernel id, agent rpc address or None) for each kernel of the session, in cluster order."""
+    rows = await conn.execute(
+        select(Kernel.id, Agent.rpc_addr)
+        .outerjoin(Agent, Agent.id == Kernel.agent_id)
+        .where(Kernel.session_id == session_id)
+        .order_by(Kernel.cluster_idx)
+    )
+    return [(r.id, r.rpc_addr) for r in rows]

@@ -1,0 +1,184 @@
+"""Domains, projects, users and keypairs: bootstrap, keypair creation and token resolution.
+
+Tokens are stored only as their SHA-256 hex digest, so a token is shown once, when it is made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import string
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy import insert, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from sokovan.common.types import Role
+from sokovan.db.models import (
+    AuditLog,
+    Domain,
+    Keypair,
+    KeypairResourcePolicy,
+    Project,
+    ScalingGroup,
+    User,
+)
+
+DEFAULT_DOMAIN = "default"
+DEFAULT_PROJECT = "default"
+DEFAULT_SCALING_GROUP = "default"
+ADMIN_USER = "admin"
+
+_ACCESS_KEY_ALPHABET = string.ascii_uppercase + string.digits
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the keypair a token resolved to, with its user, project and domain."""
+
+    access_key: str
+    user_id: uuid.UUID
+    user_name: str
+    project_id: uuid.UUID
+    domain_name: str
+    role: Role
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == Role.ADMIN
+
+
+class TenancyError(ValueError):
+    """A keypair request names something that does not exist or does not fit."""
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_access_key() -> str:
+    return "AK" + "".join(secrets.choice(_ACCESS_KEY_ALPHABET) for _ in range(18))
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+async def resolve_token(conn: AsyncConnection, token: str) -> Principal | None:
+    """The active keypair a token belongs to, or None."""
+    row = (
+        await conn.execute(
+            select(
+                Keypair.access_key,
+                Keypair.role,
+                Keypair.project_id,
+                User.id.label("user_id"),
+                User.name.label("user_name"),
+                Project.domain_name,
+            )
+            .join(User, User.id == Keypair.user_id)
+            .join(Project, Project.id == Keypair.project_id)
+            .where(Keypair.token_hash == hash_token(token), Keypair.is_active.is_(True))
+        )
+    ).first()
+    if row is None:
+        return None
+    return Principal(
+        access_key=row.access_key,
+        user_id=row.user_id,
+        user_name=row.user_name,
+        project_id=row.project_id,
+        domain_name=row.domain_name,
+        role=Role(row.role),
+    )
+
+
+async def _ensure_user(conn: AsyncConnection, name: str, domain: str) -> uuid.UUID:
+    await conn.execute(
+        pg_insert(User).values(id=uuid.uuid4(), name=name, domain_name=domain).on_conflict_do_nothing()
+    )
+    row = (await conn.execute(select(User.id, User.domain_name).where(User.name == name))).one()
+    if row.domain_name != domain:
+        raise TenancyError(f"user {name!r} belongs to domain {row.domain_name!r}, not {domain!r}")
+    user_id: uuid.UUID = row.id
+    return user_id
+
+
+async def _ensure_project(conn: AsyncConnection, name: str, domain: str) -> uuid.UUID:
+    await conn.execute(
+        pg_insert(Project)
+        .values(id=uuid.uuid4(), name=name, domain_name=domain)
+        .on_conflict_do_nothing(index_elements=["domain_name", "name"])
+    )
+    project_id: uuid.UUID = (
+        await conn.execute(select(Project.id).where(Project.domain_name == domain, Project.name == name))
+    ).scalar_one()
+    return project_id
+
+
+async def create_keypair(
+    conn: AsyncConnection,
+    *,
+    user: str,
+    project: str,
+    domain: str = DEFAULT_DOMAIN,
+    role: Role = Role.USER,
+    resource_policy: str | None = None,
+    actor: str | None = None,
+) -> tuple[str, str]:
+    """Create a keypair (and the user and project if missing) in the caller's transaction.
+
+    Returns `(access_key, token)`; raises `TenancyError` for an unknown domain or policy.
+    """
+    if (await conn.execute(select(Domain.name).where(Domain.name == domain))).first() is None:
+        raise TenancyError(f"domain {domain!r} does not exist")
+    if resource_policy is not None:
+        found = await conn.execute(
+            select(KeypairResourcePolicy.name).where(KeypairResourcePolicy.name == resource_policy)
+        )
+        if found.first() is None:
+            raise TenancyError(f"resource policy {resource_policy!r} does not exist")
+    user_id = await _ensure_user(conn, user, domain)
+    project_id = await _ensure_project(conn, project, domain)
+    access_key, token = new_access_key(), new_token()
+    await conn.execute(
+        insert(Keypair).values(
+            access_key=access_key,
+            token_hash=hash_token(token),
+            user_id=user_id,
+            project_id=project_id,
+            role=role.value,
+            resource_policy=resource_policy,
+        )
+    )
+    await conn.execute(
+        insert(AuditLog).values(
+            actor=actor,
+            action="keypair.create",
+            target=access_key,
+            detail={"user": user, "project": project, "domain": domain, "role": role.value},
+        )
+    )
+    return access_key, token
+
+
+async def bootstrap(engine: AsyncEngine) -> tuple[str, str]:
+    """Create the default domain, project, scaling group and admin user if missing, and a NEW
+    admin keypair every time (an old token cannot be shown again). Returns `(access_key, token)`."""
+    async with engine.begin() as conn:
+        await conn.execute(pg_insert(Domain).values(name=DEFAULT_DOMAIN).on_conflict_do_nothing())
+        await conn.execute(
+            pg_insert(ScalingGroup)
+            .values(name=DEFAULT_SCALING_GROUP, scheduler="fifo", agent_selection="concentrated")
+            .on_conflict_do_nothing()
+        )
+        return await create_keypair(
+            conn,
+            user=ADMIN_USER,
+            project=DEFAULT_PROJECT,
+            domain=DEFAULT_DOMAIN,
+            role=Role.ADMIN,
+            actor="bootstrap",
+        )
