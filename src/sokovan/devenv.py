@@ -69,8 +69,17 @@ def _healthy(api: str) -> bool:
         return False
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def run_dev() -> None:
     from sokovan.manager.repositories.tenancy import bootstrap
+
+    # Ctrl-C and SIGTERM stop everything, even when started in the background (where SIGINT
+    # arrives ignored).
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
 
     env = dict(os.environ)
     env.update(ensure_services())

@@ -7,7 +7,9 @@ import uuid
 
 from sqlalchemy import update
 
+from sokovan.common.types import SchedulingResult, SessionStatus
 from sokovan.db.models import Kernel, Session
+from sokovan.manager.repositories.transitions import SessionTransition, apply_session_transitions
 from tests.api.conftest import Api
 from tests.cli.conftest import SOKOVAN, run_cli
 
@@ -94,15 +96,26 @@ async def test_create_wait_follows_to_running(api: Api, cli_env: dict[str, str])
         env=cli_env,
     )
     sid = await _session_id(api, "w1")
-    for status in ("SCHEDULED", "RUNNING"):
+    for src, dst in (("PENDING", "SCHEDULED"), ("SCHEDULED", "RUNNING")):
         await asyncio.sleep(0.6)
         async with api.engine.begin() as conn:
-            await conn.execute(update(Session).where(Session.id == sid).values(status=status))
+            move = SessionTransition(
+                session_id=sid,
+                expected=frozenset({SessionStatus(src)}),
+                to_status=SessionStatus(dst),
+                handler="test",
+                result=SchedulingResult.SUCCESS,
+            )
+            await apply_session_transitions(conn, [move])
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()
     lines = out.decode().splitlines()
     assert "created" in lines[0]
-    assert [line.split()[1] for line in lines[1:]] == ["PENDING", "SCHEDULED", "RUNNING"]
+    assert [" ".join(line.split()[1:4]) for line in lines[1:3]] == [
+        "PENDING -> SCHEDULED",
+        "SCHEDULED -> RUNNING",
+    ]
+    assert lines[3].split()[1] == "RUNNING"
 
 
 async def test_create_wait_exits_1_when_cancelled(api: Api, cli_env: dict[str, str]) -> None:

@@ -149,18 +149,31 @@ def create(
 
 
 def _follow(client: ApiClient, session_id: str, *, err: bool) -> dict[str, Any]:
-    """Poll until RUNNING or terminal, printing each transition (and each new pending reason)."""
-    last: tuple[str, str | None] | None = None
+    """Follow until RUNNING or terminal, printing every transition the session went through.
+
+    Transitions come from the scheduling history, so none is missed even when a session passes
+    several statuses between two polls; a new pending reason is printed when it changes.
+    """
+    seen = 0
+    last_reason: str | None = None
     try:
         while True:
             current: dict[str, Any] = client.get(_sid(session_id))
+            rows = client.paged(_sid(session_id) + "/history", limit=500)
+            for row in rows[seen:]:
+                if row.get("from_status") != row.get("to_status"):
+                    stamp = str(row.get("created_at", ""))[11:19]
+                    click.echo(
+                        f"{stamp}  {row['from_status']} -> {row['to_status']}  ({row['handler']})", err=err
+                    )
+            seen = len(rows)
             status = current["status"]
-            info = current.get("status_info") or {}
-            reason = info.get("pending_reason") if status == "PENDING" else None
-            if (status, reason) != last:
-                click.echo(f"{dt.datetime.now():%H:%M:%S}  {_describe(current)}", err=err)
-                last = (status, reason)
+            reason = (current.get("status_info") or {}).get("pending_reason") if status == "PENDING" else None
+            if reason and reason != last_reason:
+                click.echo(f"{dt.datetime.now():%H:%M:%S}  PENDING  {reason}", err=err)
+            last_reason = reason
             if status == "RUNNING" or status in TERMINAL:
+                click.echo(f"{dt.datetime.now():%H:%M:%S}  {_describe(current)}", err=err)
                 return current
             time.sleep(POLL_INTERVAL)
     except KeyboardInterrupt:
