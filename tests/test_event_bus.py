@@ -1,0 +1,74 @@
+"""The event bus over real Redis: signed events only, at-least-once delivery to the managers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import redis.asyncio as aioredis
+
+from sokovan.bus.streams import EventConsumer, EventPublisher, stream_key
+from sokovan.common.events import AgentEvent, KernelRunning
+from sokovan.common.settings import Settings
+
+
+def running(n: int) -> KernelRunning:
+    return KernelRunning(agent_id="a1", kernel_id=f"k{n}", session_id="s")
+
+
+async def test_a_failed_handler_gets_the_event_again(redis: aioredis.Redis, settings: Settings) -> None:
+    secret = settings.cluster_secret or ""
+    publisher = EventPublisher(redis, settings.etcd_prefix, secret)
+    seen: list[str] = []
+    failures = {"k1": 5}  # fails more often than one pass retries it
+
+    async def handler(event: AgentEvent) -> None:
+        assert isinstance(event, KernelRunning)
+        if failures.get(event.kernel_id, 0) > 0:
+            failures[event.kernel_id] -= 1
+            raise RuntimeError("transient")
+        seen.append(event.kernel_id)
+
+    stop = asyncio.Event()
+    consumer = EventConsumer(
+        redis, settings.etcd_prefix, secret, "c1", handler, block_ms=100, claim_idle_ms=300
+    )
+    await consumer.ensure_group()
+    for n in range(3):
+        await publisher.publish(running(n))
+    task = asyncio.create_task(consumer.run(stop))
+    try:
+        for _ in range(200):
+            if sorted(seen) == ["k0", "k1", "k2"]:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+    assert sorted(seen) == ["k0", "k1", "k2"]
+    pending = await redis.xpending(stream_key(settings.etcd_prefix), "managers")
+    assert pending["pending"] == 0
+
+
+async def test_unsigned_or_forged_events_are_dropped(redis: aioredis.Redis, settings: Settings) -> None:
+    secret = settings.cluster_secret or ""
+    seen: list[AgentEvent] = []
+
+    async def handler(event: AgentEvent) -> None:
+        seen.append(event)
+
+    consumer = EventConsumer(redis, settings.etcd_prefix, secret, "c2", handler, block_ms=100)
+    await consumer.ensure_group()
+    key = stream_key(settings.etcd_prefix)
+    await redis.xadd(key, {"data": running(9).model_dump_json()})
+    await EventPublisher(redis, settings.etcd_prefix, "wrong-secret").publish(running(8))
+    await EventPublisher(redis, settings.etcd_prefix, secret).publish(running(7))
+    stop = asyncio.Event()
+    task = asyncio.create_task(consumer.run(stop))
+    for _ in range(100):
+        if seen:
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.3)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert [e.kernel_id for e in seen if isinstance(e, KernelRunning)] == ["k7"]
