@@ -17,6 +17,9 @@ from sokovan.common.signing import sign, verify
 
 SIGNATURE_HEADER = "X-Sokovan-Signature"
 TIMESTAMP_HEADER = "X-Sokovan-Timestamp"
+# Which agent behind the address is meant (a hollow fleet serves many on one port). It is part of
+# the signed payload, so a signed request cannot be redirected to another agent.
+AGENT_HEADER = "X-Sokovan-Agent"
 MAX_SKEW = 300.0
 
 
@@ -65,13 +68,21 @@ class RPCError(Exception):
     """The agent could not be reached, refused the call, or answered with an error."""
 
 
-def signed_headers(secret: str, body: bytes, now: float | None = None) -> dict[str, str]:
+def _payload(ts: str, agent_id: str, body: bytes) -> bytes:
+    head = f"{ts}\n{agent_id}\n" if agent_id else f"{ts}\n"
+    return head.encode() + body
+
+
+def signed_headers(secret: str, body: bytes, now: float | None = None, agent_id: str = "") -> dict[str, str]:
     ts = f"{now if now is not None else time.time():.3f}"
-    return {
+    headers = {
         "Content-Type": "application/json",
         TIMESTAMP_HEADER: ts,
-        SIGNATURE_HEADER: sign(secret, ts.encode() + b"\n" + body),
+        SIGNATURE_HEADER: sign(secret, _payload(ts, agent_id, body)),
     }
+    if agent_id:
+        headers[AGENT_HEADER] = agent_id
+    return headers
 
 
 def check_signature(secret: str, body: bytes, headers: Any, now: float | None = None) -> bool:
@@ -85,7 +96,7 @@ def check_signature(secret: str, body: bytes, headers: Any, now: float | None = 
         return False
     if skew > MAX_SKEW:
         return False
-    return verify(secret, ts.encode() + b"\n" + body, sig)
+    return verify(secret, _payload(ts, headers.get(AGENT_HEADER) or "", body), sig)
 
 
 class AgentRPCClient:
@@ -101,13 +112,17 @@ class AgentRPCClient:
             await self._session.close()
             self._session = None
 
-    async def call(self, rpc_addr: str, method: str, request: BaseModel) -> dict[str, Any]:
+    async def call(
+        self, rpc_addr: str, method: str, request: BaseModel, agent_id: str = ""
+    ) -> dict[str, Any]:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=self._timeout)
         body = request.model_dump_json().encode()
         url = f"http://{rpc_addr}/rpc/{method}"
         try:
-            async with self._session.post(url, data=body, headers=signed_headers(self._secret, body)) as resp:
+            async with self._session.post(
+                url, data=body, headers=signed_headers(self._secret, body, agent_id=agent_id)
+            ) as resp:
                 text = await resp.text()
                 if resp.status != 200:
                     raise RPCError(f"{method} on {rpc_addr}: HTTP {resp.status}: {text[:200]}")
@@ -116,22 +131,26 @@ class AgentRPCClient:
         except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError) as exc:
             raise RPCError(f"{method} on {rpc_addr}: {exc!r}") from exc
 
-    async def check_and_pull(self, rpc_addr: str, kernels: list[KernelSpec]) -> AcceptedResponse:
-        raw = await self.call(rpc_addr, "check_and_pull", CheckAndPullRequest(kernels=kernels))
+    async def check_and_pull(
+        self, rpc_addr: str, kernels: list[KernelSpec], agent_id: str = ""
+    ) -> AcceptedResponse:
+        raw = await self.call(rpc_addr, "check_and_pull", CheckAndPullRequest(kernels=kernels), agent_id)
         return AcceptedResponse.model_validate(raw)
 
-    async def create_kernels(self, rpc_addr: str, kernels: list[KernelSpec]) -> AcceptedResponse:
-        raw = await self.call(rpc_addr, "create_kernels", CreateKernelsRequest(kernels=kernels))
+    async def create_kernels(
+        self, rpc_addr: str, kernels: list[KernelSpec], agent_id: str = ""
+    ) -> AcceptedResponse:
+        raw = await self.call(rpc_addr, "create_kernels", CreateKernelsRequest(kernels=kernels), agent_id)
         return AcceptedResponse.model_validate(raw)
 
     async def destroy_kernels(
-        self, rpc_addr: str, kernel_ids: list[str], forced: bool = False
+        self, rpc_addr: str, kernel_ids: list[str], forced: bool = False, agent_id: str = ""
     ) -> AcceptedResponse:
         raw = await self.call(
-            rpc_addr, "destroy_kernels", DestroyKernelsRequest(kernel_ids=kernel_ids, forced=forced)
+            rpc_addr, "destroy_kernels", DestroyKernelsRequest(kernel_ids=kernel_ids, forced=forced), agent_id
         )
         return AcceptedResponse.model_validate(raw)
 
-    async def logs(self, rpc_addr: str, kernel_id: str) -> LogsResponse:
-        raw = await self.call(rpc_addr, "logs", LogsRequest(kernel_id=kernel_id))
+    async def logs(self, rpc_addr: str, kernel_id: str, agent_id: str = "") -> LogsResponse:
+        raw = await self.call(rpc_addr, "logs", LogsRequest(kernel_id=kernel_id), agent_id)
         return LogsResponse.model_validate(raw)

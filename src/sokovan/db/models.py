@@ -38,6 +38,7 @@ class Domain(Base):
     __tablename__ = "domains"
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     total_resource_slots: Mapped[dict[str, Any] | None] = mapped_column(SLOTS, nullable=True)
+    default_for_unspecified: Mapped[str] = mapped_column(String(16), nullable=False, server_default="limited")
     retry_policy_default: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
     created_at: Mapped[dt.datetime] = created_at_column()
 
@@ -49,6 +50,7 @@ class Project(Base):
     name: Mapped[str] = mapped_column(String(64), nullable=False)
     domain_name: Mapped[str] = mapped_column(ForeignKey("domains.name"), nullable=False)
     total_resource_slots: Mapped[dict[str, Any] | None] = mapped_column(SLOTS, nullable=True)
+    default_for_unspecified: Mapped[str] = mapped_column(String(16), nullable=False, server_default="limited")
     retry_policy_default: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
     created_at: Mapped[dt.datetime] = created_at_column()
 
@@ -99,6 +101,15 @@ class ScalingGroup(Base):
         JSONB, nullable=False, server_default=text('\'["batch", "interactive", "inference"]\'::jsonb')
     )
     scheduler_opts: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default=EMPTY_JSON)
+    # "backfill": a session that does not fit lets smaller ones behind it go first;
+    # "block": it holds its place and nothing behind it (in any band) is placed before it.
+    queue_policy: Mapped[str] = mapped_column(String(16), nullable=False, server_default="backfill")
+    # Slot names in the order selectors compare agents by.
+    resource_priority: Mapped[list[str]] = mapped_column(
+        JSONB, nullable=False, server_default=text('\'["cuda.device", "cpu", "mem"]\'::jsonb')
+    )
+    # The agent the round-robin selector picked last; the next pick starts after it.
+    roundrobin_cursor: Mapped[str | None] = mapped_column(String(128), nullable=True)
     created_at: Mapped[dt.datetime] = created_at_column()
 
 

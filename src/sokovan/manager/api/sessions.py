@@ -117,15 +117,17 @@ async def session_logs(request: web.Request) -> web.Response:
             raise Problem(404, "Not found", f"session {session_id} not found", slug="not-found")
         kernels = await sessions_read.kernels_for_logs(conn, session_id)
 
-    async def fetch(kernel_id: uuid.UUID, rpc_addr: str) -> KernelLogs:
+    async def fetch(kernel_id: uuid.UUID, agent_id: str, rpc_addr: str) -> KernelLogs:
         try:
-            got = await ctx.rpc.logs(rpc_addr, str(kernel_id))
+            got = await ctx.rpc.logs(rpc_addr, str(kernel_id), agent_id)
         except Exception as exc:  # an unreachable agent costs its kernel's logs, not the request
             log.warning("could not fetch kernel logs", kernel_id=str(kernel_id), error=repr(exc))
             return KernelLogs(kernel_id=kernel_id, stdout="", stderr="", error=str(exc) or repr(exc))
         return KernelLogs(kernel_id=kernel_id, stdout=got.stdout, stderr=got.stderr)
 
-    items = await asyncio.gather(*(fetch(k, addr) for k, addr in kernels if addr is not None))
+    items = await asyncio.gather(
+        *(fetch(k, agent, addr) for k, agent, addr in kernels if agent is not None and addr is not None)
+    )
     return json_response(LogsResponse(items=list(items)), exclude_none=True)
 
 

@@ -258,12 +258,12 @@ async def session_is_visible(conn: AsyncConnection, session_id: uuid.UUID, princ
 
 async def kernels_for_logs(
     conn: AsyncConnection, session_id: uuid.UUID
-) -> list[tuple[uuid.UUID, str | None]]:
-    """(kernel id, agent rpc address or None) for each kernel of the session, in cluster order."""
+) -> list[tuple[uuid.UUID, str | None, str | None]]:
+    """(kernel id, agent id, agent rpc address) for each kernel of the session, in cluster order."""
     rows = await conn.execute(
-        select(Kernel.id, Agent.rpc_addr)
+        select(Kernel.id, Kernel.agent_id, Agent.rpc_addr)
         .outerjoin(Agent, Agent.id == Kernel.agent_id)
         .where(Kernel.session_id == session_id)
         .order_by(Kernel.cluster_idx)
     )
-    return [(r.id, r.rpc_addr) for r in rows]
+    return [(r.id, r.agent_id, r.rpc_addr) for r in rows]

@@ -10,7 +10,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from sokovan.common.rpc import KernelSpec, RPCError
 from sokovan.orchestrator.handler_types import HandlerResult, KernelInfo, SessionWithKernels
 
-Call = Callable[[str, list[KernelInfo], list[SessionWithKernels]], Awaitable[object]]
+Target = tuple[str, str]  # (agent id, rpc address)
+Items = list[tuple[SessionWithKernels, KernelInfo]]
 
 
 def kernel_spec(session: SessionWithKernels, kernel: KernelInfo) -> KernelSpec:
@@ -30,30 +31,30 @@ def kernel_spec(session: SessionWithKernels, kernel: KernelInfo) -> KernelSpec:
 async def fan_out(
     sessions: Sequence[SessionWithKernels],
     pick: Callable[[KernelInfo], bool],
-    call: Callable[[str, list[tuple[SessionWithKernels, KernelInfo]]], Awaitable[object]],
+    call: Callable[[Target, Items], Awaitable[object]],
 ) -> HandlerResult:
-    """Call `call(agent_addr, [(session, kernel), ...])` for the kernels `pick` selects.
+    """Call `call((agent_id, agent_addr), [(session, kernel), ...])` for the kernels `pick` selects.
 
     A session succeeds when every call that carried one of its kernels succeeded; a session
     with no kernel to send succeeds at once. A kernel placed on an agent that is unknown fails.
     """
     result = HandlerResult()
-    per_agent: dict[str, list[tuple[SessionWithKernels, KernelInfo]]] = defaultdict(list)
+    per_agent: dict[Target, Items] = defaultdict(list)
     failed: dict[uuid.UUID, str] = {}
     for session in sessions:
         for kernel in session.kernels:
             if not pick(kernel):
                 continue
-            if kernel.agent_addr is None:
+            if kernel.agent_addr is None or kernel.agent_id is None:
                 failed[session.id] = f"kernel {kernel.id} has no reachable agent"
                 continue
-            per_agent[kernel.agent_addr].append((session, kernel))
-    addrs = list(per_agent)
-    outcomes = await asyncio.gather(*(call(a, per_agent[a]) for a in addrs), return_exceptions=True)
-    for addr, outcome in zip(addrs, outcomes, strict=True):
+            per_agent[(kernel.agent_id, kernel.agent_addr)].append((session, kernel))
+    targets = list(per_agent)
+    outcomes = await asyncio.gather(*(call(t, per_agent[t]) for t in targets), return_exceptions=True)
+    for target, outcome in zip(targets, outcomes, strict=True):
         if isinstance(outcome, BaseException):
-            reason = str(outcome) if isinstance(outcome, RPCError) else f"{addr}: {outcome!r}"
-            for session, _ in per_agent[addr]:
+            reason = str(outcome) if isinstance(outcome, RPCError) else f"agent {target[0]}: {outcome!r}"
+            for session, _ in per_agent[target]:
                 failed.setdefault(session.id, reason)
     for session in sessions:
         if session.id in failed:

@@ -12,13 +12,12 @@ from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.orchestrator.handler_types import (
     HandlerResult,
-    KernelInfo,
     LifecycleHandler,
     SessionWithKernels,
     StatusTransitions,
     TransitionStatus,
 )
-from sokovan.orchestrator.schedule.agent_calls import fan_out, kernel_spec
+from sokovan.orchestrator.schedule.agent_calls import Items, Target, fan_out, kernel_spec
 
 
 class StartSessions(LifecycleHandler):
@@ -49,7 +48,8 @@ class StartSessions(LifecycleHandler):
         self._rpc = rpc
 
     async def execute(self, targets: Sequence[SessionWithKernels]) -> HandlerResult:
-        async def call(addr: str, items: list[tuple[SessionWithKernels, KernelInfo]]) -> object:
-            return await self._rpc.create_kernels(addr, [kernel_spec(s, k) for s, k in items])
+        async def call(target: Target, items: Items) -> object:
+            agent_id, addr = target
+            return await self._rpc.create_kernels(addr, [kernel_spec(s, k) for s, k in items], agent_id)
 
         return await fan_out(targets, lambda k: k.status == KernelStatus.PREPARED, call)

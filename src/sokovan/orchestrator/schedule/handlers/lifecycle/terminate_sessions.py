@@ -14,13 +14,12 @@ from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.orchestrator.handler_types import (
     HandlerResult,
-    KernelInfo,
     LifecycleHandler,
     SessionWithKernels,
     StatusTransitions,
     TransitionStatus,
 )
-from sokovan.orchestrator.schedule.agent_calls import fan_out
+from sokovan.orchestrator.schedule.agent_calls import Items, Target, fan_out
 
 _TO_DESTROY = KernelStatus.non_terminal() - {KernelStatus.TERMINATING}
 
@@ -56,9 +55,10 @@ class TerminateSessions(LifecycleHandler):
         to_ask = [s for s in targets if any(k.status in _TO_DESTROY for k in s.kernels)]
         waiting = {s.id: "waiting for agents to confirm termination" for s in targets if s not in to_ask}
 
-        async def call(addr: str, items: list[tuple[SessionWithKernels, KernelInfo]]) -> object:
+        async def call(target: Target, items: Items) -> object:
+            agent_id, addr = target
             forced = any(bool(s.status_info.get("forced")) for s, _ in items)
-            return await self._rpc.destroy_kernels(addr, [str(k.id) for _, k in items], forced=forced)
+            return await self._rpc.destroy_kernels(addr, [str(k.id) for _, k in items], forced, agent_id)
 
         result = await fan_out(to_ask, lambda k: k.status in _TO_DESTROY and k.agent_id is not None, call)
         result.skipped.update(waiting)
