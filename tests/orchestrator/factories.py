@@ -11,6 +11,7 @@ from sokovan.orchestrator.handler_types import KernelInfo, SessionWithKernels
 from sokovan.orchestrator.provisioner.snapshot import AgentSnapshot, ScalingGroupSnapshot
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+PROJECT = uuid.UUID(int=1)
 
 
 def kernel(status: KernelStatus = KernelStatus.PENDING, **kw: object) -> KernelInfo:
@@ -41,20 +42,25 @@ def session(
     image: str = "python:3",
     kernels: list[KernelInfo] | None = None,
     status: SessionStatus = SessionStatus.PENDING,
+    user: uuid.UUID | None = None,
+    project: uuid.UUID | None = None,
+    type: str = "batch",
+    command: str | None = "true",
+    depends_on: tuple[uuid.UUID, ...] = (),
 ) -> SessionWithKernels:
     slots = ResourceSlots.parse({"cpu": cpu, "mem": mem})
     return SessionWithKernels(
         id=uuid.uuid4(),
         name="s",
         access_key=owner,
-        user_id=uuid.uuid4(),
-        project_id=uuid.uuid4(),
+        user_id=user or uuid.uuid4(),
+        project_id=project or PROJECT,
         domain_name="default",
         scaling_group="default",
         pending_timeout=0,
-        type="batch",
+        type=type,
         image=image,
-        command="true",
+        command=command,
         environ={},
         resources=slots,
         cluster_size=size,
@@ -66,6 +72,7 @@ def session(
         phase_attempts=0,
         created_at=T0 + dt.timedelta(seconds=created),
         kernels=tuple(kernels or [kernel(cluster_idx=i, occupied_slots=slots) for i in range(size)]),
+        depends_on=depends_on,
     )
 
 
@@ -91,7 +98,7 @@ def agent(
     )
 
 
-def snapshot(*agents: AgentSnapshot) -> ScalingGroupSnapshot:
-    return ScalingGroupSnapshot(
-        name="default", scheduler="fifo", agent_selection="concentrated", agents=list(agents)
-    )
+def snapshot(*agents: AgentSnapshot, **kw: object) -> ScalingGroupSnapshot:
+    values: dict[str, object] = {"name": "default", "scheduler": "fifo", "agent_selection": "concentrated"}
+    values.update(kw)
+    return ScalingGroupSnapshot(agents=list(agents), **values)  # type: ignore[arg-type]

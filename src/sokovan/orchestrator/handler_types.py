@@ -71,6 +71,7 @@ class SessionWithKernels:
     phase_attempts: int
     created_at: dt.datetime
     kernels: tuple[KernelInfo, ...]
+    depends_on: tuple[uuid.UUID, ...] = ()
 
     @property
     def requested_slots(self) -> ResourceSlots:
@@ -87,6 +88,9 @@ class HandlerResult:
     skipped: dict[uuid.UUID, str] = field(default_factory=dict)
     # Extra status_info written with a success (e.g. why a session is terminating).
     success_info: dict[uuid.UUID, dict[str, Any]] = field(default_factory=dict)
+    # Sessions that can never succeed in this phase (a failed dependency, a type no longer
+    # allowed): the coordinator applies the give-up transition with this status_info (cause, message).
+    rejected: dict[uuid.UUID, dict[str, Any]] = field(default_factory=dict)
 
 
 class LifecycleHandler(abc.ABC):

@@ -1,83 +1,122 @@
-"""Commits a plan in one guarded transaction.
+"""Commits a plan in one transaction whose SQL refuses any agent going past its capacity.
 
-Agents are locked (SELECT … FOR UPDATE, in id order so that concurrent allocators cannot
-deadlock), their occupancy is recomputed from the kernels, and each placement is written only
-if it still fits. A placement that no longer fits is returned as a conflict for the next cycle:
-no agent is ever over-allocated, whatever other managers do at the same time.
+The agents of the plan are locked (in id order, so concurrent allocators cannot deadlock) and
+the whole plan is bound in one statement inside a savepoint; one query then checks, in SQL,
+that no touched agent holds more than its capacity or kernel limit. If it does (another manager
+placed meanwhile), the savepoint is rolled back and the plan is replayed session by session,
+each in its own savepoint, so that only the sessions that conflict are left for the next cycle.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
-from sqlalchemy import and_, bindparam, select, update
+from sqlalchemy import and_, bindparam, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus, KernelStatus
-from sokovan.db.models import Agent, Kernel
-from sokovan.orchestrator.provisioner.snapshot import Plan
-from sokovan.orchestrator.schedule.repository import agent_occupancy
+from sokovan.db.models import Agent, Kernel, ScalingGroup
+from sokovan.orchestrator.provisioner.snapshot import Placement, Plan
+from sokovan.orchestrator.schedule.repository import holds_slots
+
+_OVERFULL = text(
+    """
+    WITH used AS (
+        SELECT k.agent_id, s.key, sum(s.value::numeric) AS amount
+        FROM kernels k CROSS JOIN LATERAL jsonb_each_text(k.occupied_slots) AS s(key, value)
+        WHERE k.agent_id = ANY(:agents) AND k.status = ANY(:live)
+        GROUP BY k.agent_id, s.key
+    ), counts AS (
+        SELECT k.agent_id, count(*) AS n FROM kernels k
+        WHERE k.agent_id = ANY(:agents) AND k.status = ANY(:live)
+        GROUP BY k.agent_id
+    )
+    SELECT a.id FROM agents a
+    WHERE a.id = ANY(:agents) AND (
+        a.status <> :ready OR NOT a.schedulable
+        OR EXISTS (SELECT 1 FROM used u WHERE u.agent_id = a.id
+                   AND u.amount > COALESCE((a.available_slots ->> u.key)::numeric, 0))
+        OR EXISTS (SELECT 1 FROM counts c WHERE c.agent_id = a.id AND c.n > a.max_kernels)
+    )
+    """
+)
+
+
+class Overfull(Exception):
+    def __init__(self, agents: list[str]) -> None:
+        super().__init__(f"agents over capacity: {agents}")
+        self.agents = agents
 
 
 class RepositoryAllocator:
     async def allocate(
-        self, conn: AsyncConnection, plan: Plan
+        self, conn: AsyncConnection, plan: Plan, scaling_group: str | None = None
     ) -> tuple[list[uuid.UUID], dict[uuid.UUID, str]]:
         """Returns the sessions whose kernels were bound to agents and the conflicts (id → reason)."""
-        committed: list[uuid.UUID] = []
-        conflicts: dict[uuid.UUID, str] = {}
+        if not plan.placements:
+            return [], {}
         agent_ids = sorted({a for p in plan.placements for a in p.kernels.values()})
-        if not agent_ids:
-            return committed, conflicts
-        rows = await conn.execute(
-            select(Agent.id, Agent.status, Agent.schedulable, Agent.available_slots, Agent.max_kernels)
-            .where(Agent.id.in_(agent_ids))
-            .order_by(Agent.id)
-            .with_for_update()
+        await conn.execute(
+            select(Agent.id).where(Agent.id.in_(agent_ids)).order_by(Agent.id).with_for_update()
         )
-        agents = {r.id: r for r in rows}
-        occupied, counts = await agent_occupancy(conn, agent_ids)
-        bindings: list[dict[str, object]] = []
-        for placement in plan.placements:
-            need: dict[str, ResourceSlots] = {}
-            for agent_id in placement.kernels.values():
-                need[agent_id] = need.get(agent_id, ResourceSlots()) + placement.slots_per_kernel
-            problem = None
-            for agent_id, slots in need.items():
-                row = agents.get(agent_id)
-                if row is None or row.status != AgentStatus.READY or not row.schedulable:
-                    problem = f"agent {agent_id} is no longer available"
-                    break
-                free = ResourceSlots.from_json(row.available_slots) - occupied.get(agent_id, ResourceSlots())
-                if not slots.fits_in(free):
-                    problem = f"agent {agent_id} filled up meanwhile"
-                    break
-                kernels_here = sum(1 for a in placement.kernels.values() if a == agent_id)
-                if row.max_kernels is not None and counts.get(agent_id, 0) + kernels_here > row.max_kernels:
-                    problem = f"agent {agent_id} reached its kernel limit meanwhile"
-                    break
-            if problem is not None:
-                conflicts[placement.session_id] = problem
-                continue
-            for agent_id, slots in need.items():
-                occupied[agent_id] = occupied.get(agent_id, ResourceSlots()) + slots
-            for kernel_id, agent_id in placement.kernels.items():
-                counts[agent_id] = counts.get(agent_id, 0) + 1
-                bindings.append({"b_kernel": kernel_id, "b_agent": agent_id})
-            committed.append(placement.session_id)
-        if bindings:
+        committed: list[uuid.UUID]
+        conflicts: dict[uuid.UUID, str]
+        try:
+            async with conn.begin_nested():
+                await self._bind(conn, plan.placements)
+                await self._refuse_overfull(conn, agent_ids)
+            committed, conflicts = [p.session_id for p in plan.placements], {}
+        except Overfull:
+            committed, conflicts = await self._one_by_one(conn, plan.placements)
+        if scaling_group is not None and plan.roundrobin_cursor is not None:
             await conn.execute(
-                update(Kernel)
-                .where(
-                    and_(
-                        Kernel.id == bindparam("b_kernel"),
-                        Kernel.status == KernelStatus.PENDING.value,
-                        Kernel.agent_id.is_(None),
-                    )
-                )
-                .values(agent_id=bindparam("b_agent"))
-                .execution_options(synchronize_session=False),
-                bindings,
+                update(ScalingGroup)
+                .where(ScalingGroup.name == scaling_group)
+                .values(roundrobin_cursor=plan.roundrobin_cursor)
             )
         return committed, conflicts
+
+    async def _one_by_one(
+        self, conn: AsyncConnection, placements: Sequence[Placement]
+    ) -> tuple[list[uuid.UUID], dict[uuid.UUID, str]]:
+        committed: list[uuid.UUID] = []
+        conflicts: dict[uuid.UUID, str] = {}
+        for placement in placements:
+            agents = sorted(set(placement.kernels.values()))
+            try:
+                async with conn.begin_nested():
+                    await self._bind(conn, [placement])
+                    await self._refuse_overfull(conn, agents)
+                committed.append(placement.session_id)
+            except Overfull as exc:
+                conflicts[placement.session_id] = (
+                    f"agent {', '.join(exc.agents)} filled up meanwhile; retrying"
+                )
+        return committed, conflicts
+
+    @staticmethod
+    async def _bind(conn: AsyncConnection, placements: Sequence[Placement]) -> None:
+        rows = [{"b_kernel": k, "b_agent": a} for p in placements for k, a in p.kernels.items()]
+        await conn.execute(
+            update(Kernel)
+            .where(
+                and_(
+                    Kernel.id == bindparam("b_kernel"),
+                    Kernel.status == KernelStatus.PENDING.value,
+                    Kernel.agent_id.is_(None),
+                )
+            )
+            .values(agent_id=bindparam("b_agent"))
+            .execution_options(synchronize_session=False),
+            rows,
+        )
+
+    @staticmethod
+    async def _refuse_overfull(conn: AsyncConnection, agent_ids: list[str]) -> None:
+        rows = await conn.execute(
+            _OVERFULL, {"agents": agent_ids, "live": holds_slots(), "ready": AgentStatus.READY.value}
+        )
+        overfull = sorted(r[0] for r in rows)
+        if overfull:
+            raise Overfull(overfull)

@@ -1,7 +1,13 @@
-"""Placement, pure over a snapshot: validators → sequencer → filter + selector → plan.
+"""Placement, pure over a snapshot: validators + type hooks → sequencer → filter + selector → plan.
 
 Every rejection is data: an agent that cannot take a session says why, and the reasons are
 summed into the session's pending_reason ("0/3 agents fit: 2 insufficient cpu, 1 not READY").
+All validators run, so every violated limit is reported at once.
+
+Queue policy: with `block`, the first session that no agent has room for holds its place and
+nothing after it is placed in this cycle (no starvation of big sessions, at the cost of idle
+room); with `backfill` (the default) smaller sessions behind it may use the room meanwhile.
+A session that waits for a validator (quota, concurrency, dependencies) never blocks others.
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ from dataclasses import dataclass
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus, ClusterMode
 from sokovan.orchestrator.handler_types import SessionWithKernels
+from sokovan.orchestrator.hooks import hook_for
 from sokovan.orchestrator.provisioner.snapshot import AgentSnapshot, Placement, Plan, ScalingGroupSnapshot
-from sokovan.orchestrator.provisioner.stages import Selector, Sequencer, Validator
+from sokovan.orchestrator.provisioner.stages import Reject, Selector, Sequencer, Validator, Wait
 
 
 def why_not(agent: AgentSnapshot, image: str, slots: ResourceSlots, kernels: int) -> str | None:
@@ -41,76 +48,103 @@ def summarize(total: int, fits: int, reasons: Counter[str]) -> str:
     return f"{fits}/{total} agents fit" + (f": {parts}" if parts else "")
 
 
+def rank_pending(sessions: Sequence[SessionWithKernels]) -> dict[uuid.UUID, int]:
+    """Each session's 1-based position among its keypair's sessions, oldest first."""
+    seen: Counter[str] = Counter()
+    ranks = {}
+    for s in sorted(sessions, key=lambda s: (s.created_at, s.id)):
+        seen[s.access_key] += 1
+        ranks[s.id] = seen[s.access_key]
+    return ranks
+
+
 @dataclass
 class Provisioner:
     validators: Sequence[Validator]
     sequencer: Sequencer
     selector: Selector
+    block: bool = False
 
     def plan(self, sessions: Sequence[SessionWithKernels], snapshot: ScalingGroupSnapshot) -> Plan:
         plan = Plan()
+        snapshot.pending_rank = rank_pending(sessions)
+        blocker: SessionWithKernels | None = None
         for session in self.sequencer.sequence(sessions, snapshot):
-            reason = self._validate(session, snapshot)
-            if reason is None:
-                placement, reason = self._place(session, snapshot)
-                if placement is not None:
-                    plan.placements.append(placement)
-                    snapshot.active_sessions[session.access_key] += 1
-                    continue
-            plan.waiting[session.id] = reason or "waiting"
+            verdict = self._validate(session, snapshot)
+            if isinstance(verdict, Reject):
+                plan.rejected[session.id] = (verdict.cause, verdict.message)
+                continue
+            if isinstance(verdict, Wait):
+                plan.waiting[session.id] = verdict.reason
+                continue
+            if blocker is not None:
+                plan.waiting[session.id] = f"queued behind session {blocker.id} (queue policy: block)"
+                continue
+            placement, reason = self._place(session, snapshot)
+            if placement is None:
+                plan.waiting[session.id] = reason
+                if self.block:
+                    blocker = session
+                continue
+            plan.placements.append(placement)
+            snapshot.charge(session)
+        plan.roundrobin_cursor = snapshot.roundrobin_cursor
         return plan
 
-    def _validate(self, session: SessionWithKernels, snapshot: ScalingGroupSnapshot) -> str | None:
-        for validator in self.validators:
-            reason = validator.check(session, snapshot)
-            if reason is not None:
-                return reason
-        return None
+    def _validate(self, session: SessionWithKernels, snapshot: ScalingGroupSnapshot) -> Wait | Reject | None:
+        hook = hook_for(session)
+        verdicts = [hook.admit(session)] if hook else []
+        verdicts += [v.check(session, snapshot) for v in self.validators]
+        rejects = [v for v in verdicts if isinstance(v, Reject)]
+        if rejects:
+            return rejects[0]
+        waits = [v.reason for v in verdicts if isinstance(v, Wait)]
+        return Wait("; ".join(waits)) if waits else None
 
     def _place(
         self, session: SessionWithKernels, snapshot: ScalingGroupSnapshot
-    ) -> tuple[Placement | None, str | None]:
+    ) -> tuple[Placement | None, str]:
         kernels = [k.id for k in session.kernels]
-        per_kernel = session.resources
         if session.cluster_mode == ClusterMode.MULTI_NODE and len(kernels) > 1:
             return self._place_spread(session, snapshot, kernels)
-        whole = per_kernel.scaled(len(kernels))
-        candidates, reasons = self._filter(snapshot.agents, session.image, whole, len(kernels))
+        whole = session.resources.scaled(len(kernels))
+        candidates, reasons = _filter(snapshot.agents, session.image, whole, len(kernels))
         if not candidates:
             return None, summarize(len(snapshot.agents), 0, reasons)
-        agent = self.selector.pick(session, candidates)
+        agent = self.selector.pick(session, candidates, snapshot)
         agent.take(whole, len(kernels))
-        return Placement(session.id, dict.fromkeys(kernels, agent.id), per_kernel), None
+        return Placement(session.id, dict.fromkeys(kernels, agent.id), session.resources), ""
 
     def _place_spread(
         self, session: SessionWithKernels, snapshot: ScalingGroupSnapshot, kernels: Sequence[uuid.UUID]
-    ) -> tuple[Placement | None, str | None]:
+    ) -> tuple[Placement | None, str]:
         """Each kernel on a different agent; all or nothing."""
-        candidates, reasons = self._filter(snapshot.agents, session.image, session.resources, 1)
+        candidates, reasons = _filter(snapshot.agents, session.image, session.resources, 1)
         if len(candidates) < len(kernels):
             detail = summarize(len(snapshot.agents), len(candidates), reasons)
             return None, f"multi-node needs {len(kernels)} agents: {detail}"
         chosen: list[AgentSnapshot] = []
         remaining = list(candidates)
         for _ in kernels:
-            agent = self.selector.pick(session, remaining)
+            agent = self.selector.pick(session, remaining, snapshot)
             remaining.remove(agent)
             chosen.append(agent)
         for agent in chosen:
             agent.take(session.resources, 1)
-        mapping = {k.id: a.id for k, a in zip(session.kernels, chosen, strict=True)}
-        return Placement(session.id, mapping, session.resources), None
+        return Placement(
+            session.id, dict(zip(kernels, (a.id for a in chosen), strict=True)), session.resources
+        ), ""
 
-    @staticmethod
-    def _filter(
-        agents: Sequence[AgentSnapshot], image: str, slots: ResourceSlots, kernels: int
-    ) -> tuple[list[AgentSnapshot], Counter[str]]:
-        fits: list[AgentSnapshot] = []
-        reasons: Counter[str] = Counter()
-        for agent in agents:
-            reason = why_not(agent, image, slots, kernels)
-            if reason is None:
-                fits.append(agent)
-            else:
-                reasons[reason] += 1
-        return fits, reasons
+
+def _filter(
+    agents: Sequence[AgentSnapshot], image: str, slots: ResourceSlots, kernels: int
+) -> tuple[list[AgentSnapshot], Counter[str]]:
+    fits: list[AgentSnapshot] = []
+    reasons: Counter[str] = Counter()
+    for agent in agents:
+        reason = why_not(agent, image, slots, kernels)
+        if reason is None:
+            fits.append(agent)
+        else:
+            reasons[reason] += 1
+    return fits, reasons

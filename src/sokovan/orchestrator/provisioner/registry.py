@@ -3,23 +3,49 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 from sokovan.orchestrator.provisioner.selectors.concentrated import ConcentratedSelector
+from sokovan.orchestrator.provisioner.selectors.dispersed import DispersedSelector
+from sokovan.orchestrator.provisioner.selectors.roundrobin import RoundRobinSelector
+from sokovan.orchestrator.provisioner.sequencers.drf import DRFSequencer
 from sokovan.orchestrator.provisioner.sequencers.fifo import FIFOSequencer
+from sokovan.orchestrator.provisioner.sequencers.lifo import LIFOSequencer
 from sokovan.orchestrator.provisioner.stages import Selector, Sequencer, Validator
 from sokovan.orchestrator.provisioner.validators.concurrency import ConcurrencyValidator
+from sokovan.orchestrator.provisioner.validators.dependencies import DependencyValidator
+from sokovan.orchestrator.provisioner.validators.pending_limit import PendingLimitValidator
+from sokovan.orchestrator.provisioner.validators.quota import QuotaValidator
+from sokovan.orchestrator.provisioner.validators.session_type import SessionTypeValidator
 
-SEQUENCERS: dict[str, Callable[[], Sequencer]] = {"fifo": FIFOSequencer}
-SELECTORS: dict[str, Callable[[], Selector]] = {"concentrated": ConcentratedSelector}
-VALIDATORS: dict[str, Callable[[], Validator]] = {"concurrency": ConcurrencyValidator}
-DEFAULT_VALIDATORS = ("concurrency",)
+SEQUENCERS: dict[str, Callable[[], Sequencer]] = {
+    "fifo": FIFOSequencer,
+    "lifo": LIFOSequencer,
+    "drf": DRFSequencer,
+}
+SELECTORS: dict[str, Callable[[], Selector]] = {
+    "concentrated": ConcentratedSelector,
+    "dispersed": DispersedSelector,
+    "roundrobin": RoundRobinSelector,
+}
+VALIDATORS: dict[str, Callable[[], Validator]] = {
+    "session_type": SessionTypeValidator,
+    "dependencies": DependencyValidator,
+    "pending_limit": PendingLimitValidator,
+    "concurrency": ConcurrencyValidator,
+    "quota": QuotaValidator,
+}
+DEFAULT_VALIDATORS = ("session_type", "dependencies", "pending_limit", "concurrency", "quota")
+QUEUE_POLICIES = ("backfill", "block")
+
+T = TypeVar("T")
 
 
 class UnknownStage(LookupError):
-    """A scheduler, selector or validator name that no stage answers to."""
+    """A scheduler, selector, validator or queue policy name that nothing answers to."""
 
 
-def _lookup(kind: str, table: dict[str, Callable[[], object]], name: str) -> object:
+def _lookup(kind: str, table: dict[str, Callable[[], T]], name: str) -> T:
     try:
         return table[name]()
     except KeyError:
@@ -27,14 +53,18 @@ def _lookup(kind: str, table: dict[str, Callable[[], object]], name: str) -> obj
 
 
 def sequencer(name: str) -> Sequencer:
-    stage: Sequencer = _lookup("scheduler", dict(SEQUENCERS), name)  # type: ignore[assignment]
-    return stage
+    return _lookup("scheduler", SEQUENCERS, name)
 
 
 def selector(name: str) -> Selector:
-    stage: Selector = _lookup("agent selection", dict(SELECTORS), name)  # type: ignore[assignment]
-    return stage
+    return _lookup("agent selection", SELECTORS, name)
 
 
 def validators(names: tuple[str, ...] = DEFAULT_VALIDATORS) -> list[Validator]:
-    return [_lookup("validator", dict(VALIDATORS), n) for n in names]  # type: ignore[misc]
+    return [_lookup("validator", VALIDATORS, n) for n in names]
+
+
+def queue_policy(name: str) -> str:
+    if name not in QUEUE_POLICIES:
+        raise UnknownStage(f"unknown queue policy {name!r} (known: {', '.join(QUEUE_POLICIES)})")
+    return name

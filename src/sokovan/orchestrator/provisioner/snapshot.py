@@ -1,17 +1,20 @@
-"""The in-memory picture placement works on: one scaling group's agents and the owners' usage.
+"""The in-memory picture placement works on.
 
-Planning is pure over this snapshot; each placement updates it so that the next session in the
-same cycle sees the room the previous one took.
+A `ScalingGroupSnapshot` holds one group's agents and settings; the `Tenancy` it points to is
+shared by every group of the cycle (quotas are cluster-wide). Planning is pure over these; each
+placement is charged to them so that the next session of the same cycle sees what it took.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus
+from sokovan.orchestrator.handler_types import SessionWithKernels
 
 
 @dataclass
@@ -35,8 +38,61 @@ class AgentSnapshot:
 
 
 @dataclass(frozen=True)
-class KeypairLimits:
+class Quota:
+    """A `total_resource_slots` limit of one scope (keypair policy, project or domain)."""
+
+    scope: str
+    slots: ResourceSlots
+    unlimited_unspecified: bool = False
+
+    def excess(self, used: ResourceSlots, request: ResourceSlots) -> list[str]:
+        """'cpu 6 > 4' for every slot the request would push past this quota."""
+        out = []
+        for name, amount in sorted(request.items()):
+            if amount <= 0:
+                continue
+            if name not in self.slots and self.unlimited_unspecified:
+                continue
+            limit = self.slots.get(name, Decimal(0))
+            total = used.get(name, Decimal(0)) + amount
+            if total > limit:
+                out.append(f"{name} {_fmt(total)} > {_fmt(limit)}")
+        return out
+
+
+def _fmt(value: Decimal) -> str:
+    return ResourceSlots({"x": value}).to_json()["x"]
+
+
+@dataclass(frozen=True)
+class KeypairPolicy:
+    name: str | None = None
+    quota: Quota | None = None
     max_concurrent_sessions: int | None = None
+    max_pending_sessions: int | None = None
+
+
+@dataclass
+class Tenancy:
+    """Owners' limits and what they already use, cluster-wide."""
+
+    keypairs: dict[str, KeypairPolicy] = field(default_factory=dict)
+    project_quotas: dict[uuid.UUID, Quota] = field(default_factory=dict)
+    domain_quotas: dict[str, Quota] = field(default_factory=dict)
+    keypair_usage: dict[str, ResourceSlots] = field(default_factory=lambda: defaultdict(ResourceSlots))
+    project_usage: dict[uuid.UUID, ResourceSlots] = field(default_factory=lambda: defaultdict(ResourceSlots))
+    domain_usage: dict[str, ResourceSlots] = field(default_factory=lambda: defaultdict(ResourceSlots))
+    # non-terminal sessions already placed (not PENDING), per access key
+    active_sessions: Counter[str] = field(default_factory=Counter)
+    # (status, result) of every session some pending session depends on
+    dependencies: dict[uuid.UUID, tuple[str, str | None]] = field(default_factory=dict)
+
+    def charge(self, session: SessionWithKernels) -> None:
+        slots = session.requested_slots
+        self.keypair_usage[session.access_key] = self.keypair_usage[session.access_key] + slots
+        self.project_usage[session.project_id] = self.project_usage[session.project_id] + slots
+        self.domain_usage[session.domain_name] = self.domain_usage[session.domain_name] + slots
+        self.active_sessions[session.access_key] += 1
 
 
 @dataclass
@@ -45,9 +101,23 @@ class ScalingGroupSnapshot:
     scheduler: str
     agent_selection: str
     agents: list[AgentSnapshot]
-    limits: dict[str, KeypairLimits] = field(default_factory=dict)
-    # non-terminal sessions already placed (not PENDING), per access key
-    active_sessions: Counter[str] = field(default_factory=Counter)
+    queue_policy: str = "backfill"
+    resource_priority: tuple[str, ...] = ("cuda.device", "cpu", "mem")
+    allowed_session_types: frozenset[str] = frozenset({"batch", "interactive", "inference"})
+    roundrobin_cursor: str | None = None
+    tenancy: Tenancy = field(default_factory=Tenancy)
+    # slots each user holds in this group (DRF's allocation)
+    user_allocated: dict[uuid.UUID, ResourceSlots] = field(default_factory=lambda: defaultdict(ResourceSlots))
+    # 1-based position of each pending session among its keypair's pending sessions, oldest first
+    pending_rank: dict[uuid.UUID, int] = field(default_factory=dict)
+
+    @property
+    def capacity(self) -> ResourceSlots:
+        return ResourceSlots.total(a.available for a in self.agents)
+
+    def charge(self, session: SessionWithKernels) -> None:
+        self.tenancy.charge(session)
+        self.user_allocated[session.user_id] = self.user_allocated[session.user_id] + session.requested_slots
 
 
 @dataclass
@@ -63,3 +133,7 @@ class Plan:
     placements: list[Placement] = field(default_factory=list)
     # session id → why it waits
     waiting: dict[uuid.UUID, str] = field(default_factory=dict)
+    # session id → (cause, message): it can never be placed
+    rejected: dict[uuid.UUID, tuple[str, str]] = field(default_factory=dict)
+    # the round-robin cursor after this plan, when the group uses round-robin
+    roundrobin_cursor: str | None = None

@@ -9,19 +9,22 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from sokovan.common.rpc import KernelSpec, RPCError
 from sokovan.orchestrator.handler_types import HandlerResult, KernelInfo, SessionWithKernels
+from sokovan.orchestrator.hooks import hook_for
 
 Target = tuple[str, str]  # (agent id, rpc address)
 Items = list[tuple[SessionWithKernels, KernelInfo]]
 
 
 def kernel_spec(session: SessionWithKernels, kernel: KernelInfo) -> KernelSpec:
+    hook = hook_for(session)
+    environ = {**(hook.kernel_environ(session) if hook else {}), **session.environ}
     return KernelSpec(
         kernel_id=str(kernel.id),
         session_id=str(session.id),
         image=session.image,
         session_type=session.type,
         command=session.command,
-        environ=session.environ,
+        environ=environ,
         slots=kernel.occupied_slots.to_json(),
         cluster_role=kernel.cluster_role,
         cluster_idx=kernel.cluster_idx,

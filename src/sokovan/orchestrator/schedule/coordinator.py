@@ -105,7 +105,9 @@ class ScheduleCoordinator:
             verdict = classify_failure(by_id[sid].phase_attempts, limit.max_tries)
             to = table.give_up if verdict is SchedulingResult.GIVE_UP else table.need_retry
             add(sid, verdict, to, message=message, bump=True, info=_give_up_info(verdict, message, to))
-        attempted = set(result.successes) | set(result.failures)
+        for sid, info in result.rejected.items():
+            add(sid, SchedulingResult.GIVE_UP, table.give_up, message=info.get("message"), info=info)
+        attempted = set(result.successes) | set(result.failures) | set(result.rejected)
         for session in sessions:
             if session.id in attempted:
                 continue

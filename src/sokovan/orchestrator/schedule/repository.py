@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import KernelStatus, SessionStatus
-from sokovan.db.models import Agent, Kernel, ScalingGroup, Session
+from sokovan.db.models import Agent, Kernel, ScalingGroup, Session, SessionDependency
 from sokovan.orchestrator.handler_types import KernelInfo, SessionWithKernels
 
 BATCH_LIMIT = 2000
@@ -41,8 +41,23 @@ async def fetch_sessions(
     rows = (await AsyncSession(bind=conn).execute(query)).all()
     if not rows:
         return []
-    kernels = await _fetch_kernels(conn, [r.Session.id for r in rows])
-    return [_session(r.Session, r.pending_timeout, kernels.get(r.Session.id, [])) for r in rows]
+    ids = [r.Session.id for r in rows]
+    kernels = await _fetch_kernels(conn, ids)
+    deps: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
+    if SessionStatus.PENDING in statuses:
+        dep_rows = await conn.execute(
+            select(SessionDependency.session_id, SessionDependency.depends_on).where(
+                SessionDependency.session_id.in_(ids)
+            )
+        )
+        for sid, dep in dep_rows:
+            deps[sid].append(dep)
+    return [
+        _session(
+            r.Session, r.pending_timeout, kernels.get(r.Session.id, []), tuple(deps.get(r.Session.id, ()))
+        )
+        for r in rows
+    ]
 
 
 async def _fetch_kernels(
@@ -73,7 +88,9 @@ async def _fetch_kernels(
     return out
 
 
-def _session(s: Session, pending_timeout: float, kernels: list[KernelInfo]) -> SessionWithKernels:
+def _session(
+    s: Session, pending_timeout: float, kernels: list[KernelInfo], depends_on: tuple[uuid.UUID, ...]
+) -> SessionWithKernels:
     return SessionWithKernels(
         id=s.id,
         name=s.name,
@@ -97,6 +114,7 @@ def _session(s: Session, pending_timeout: float, kernels: list[KernelInfo]) -> S
         phase_attempts=s.phase_attempts,
         created_at=s.created_at,
         kernels=tuple(kernels),
+        depends_on=depends_on,
     )
 
 

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from sokovan.orchestrator.handler_types import SessionWithKernels
 from sokovan.orchestrator.provisioner.snapshot import ScalingGroupSnapshot
+from sokovan.orchestrator.provisioner.stages import Verdict, Wait
 
 
 class ConcurrencyValidator:
     name = "concurrency"
 
-    def check(self, session: SessionWithKernels, snapshot: ScalingGroupSnapshot) -> str | None:
-        limits = snapshot.limits.get(session.access_key)
-        cap = limits.max_concurrent_sessions if limits else None
+    def check(self, session: SessionWithKernels, snapshot: ScalingGroupSnapshot) -> Verdict:
+        policy = snapshot.tenancy.keypairs.get(session.access_key)
+        cap = policy.max_concurrent_sessions if policy else None
         if cap is None:
             return None
-        running = snapshot.active_sessions[session.access_key]
+        running = snapshot.tenancy.active_sessions[session.access_key]
         if running >= cap:
-            return f"keypair at its concurrency limit ({running}/{cap} sessions)"
+            return Wait(f"keypair at its concurrency limit ({running}/{cap} sessions)")
         return None

@@ -18,8 +18,8 @@ from sokovan.orchestrator.handler_types import (
 )
 from sokovan.orchestrator.provisioner import registry
 from sokovan.orchestrator.provisioner.allocator import RepositoryAllocator
+from sokovan.orchestrator.provisioner.build import provisioner_for
 from sokovan.orchestrator.provisioner.loader import load_snapshots
-from sokovan.orchestrator.provisioner.pipeline import Provisioner
 
 log = structlog.get_logger(__name__)
 
@@ -63,7 +63,7 @@ class ScheduleNewSessions(LifecycleHandler):
         if not by_sg:
             return result
         async with self._engine.begin() as conn:
-            snapshots = await load_snapshots(conn, by_sg, {s.access_key for s in targets})
+            snapshots = await load_snapshots(conn, [s for group in by_sg.values() for s in group])
             for sg_name, sessions in by_sg.items():
                 snapshot = snapshots.get(sg_name)
                 if snapshot is None:
@@ -72,18 +72,16 @@ class ScheduleNewSessions(LifecycleHandler):
                     )
                     continue
                 try:
-                    provisioner = Provisioner(
-                        validators=registry.validators(),
-                        sequencer=registry.sequencer(snapshot.scheduler),
-                        selector=registry.selector(snapshot.agent_selection),
-                    )
+                    provisioner = provisioner_for(snapshot)
                 except registry.UnknownStage as exc:
                     log.error("schedule.misconfigured_scaling_group", scaling_group=sg_name, error=str(exc))
                     result.skipped.update({s.id: f"scaling group misconfigured: {exc}" for s in sessions})
                     continue
                 plan = provisioner.plan(sessions, snapshot)
-                committed, conflicts = await self._allocator.allocate(conn, plan)
+                committed, conflicts = await self._allocator.allocate(conn, plan, sg_name)
                 result.successes.extend(committed)
                 result.skipped.update(plan.waiting)
                 result.skipped.update(conflicts)
+                for sid, (cause, message) in plan.rejected.items():
+                    result.rejected[sid] = {"cause": cause, "message": message}
         return result

@@ -1,0 +1,93 @@
+"""Where a session would go now, or why not: the real pipeline over the current snapshot,
+written nowhere."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from sokovan.common.slots import ResourceSlots
+from sokovan.common.types import KernelStatus, SessionStatus
+from sokovan.orchestrator.handler_types import KernelInfo, SessionWithKernels
+from sokovan.orchestrator.provisioner.build import provisioner_for
+from sokovan.orchestrator.provisioner.loader import load_snapshots
+
+
+@dataclass(frozen=True)
+class DryRunRequest:
+    """The placement-relevant fields of a create request."""
+
+    access_key: str
+    user_id: uuid.UUID
+    project_id: uuid.UUID
+    domain_name: str
+    scaling_group: str
+    type: str
+    image: str
+    resources: ResourceSlots
+    cluster_size: int = 1
+    cluster_mode: str = "single-node"
+    priority: int = 10
+    depends_on: tuple[uuid.UUID, ...] = ()
+
+
+@dataclass(frozen=True)
+class DryRunResult:
+    placeable: bool
+    agents: list[str]  # one agent id per kernel, in cluster order
+    pending_reason: str | None
+
+
+async def dry_run(conn: AsyncConnection, req: DryRunRequest) -> DryRunResult:
+    now = dt.datetime.now(dt.UTC)
+    kernels = tuple(
+        KernelInfo(
+            id=uuid.uuid4(),
+            status=KernelStatus.PENDING,
+            agent_id=None,
+            agent_addr=None,
+            cluster_role="main" if i == 0 else "sub",
+            cluster_idx=i,
+            occupied_slots=req.resources,
+            exit_code=None,
+            status_info={},
+        )
+        for i in range(req.cluster_size)
+    )
+    session = SessionWithKernels(
+        id=uuid.uuid4(),
+        name="dry-run",
+        access_key=req.access_key,
+        user_id=req.user_id,
+        project_id=req.project_id,
+        domain_name=req.domain_name,
+        scaling_group=req.scaling_group,
+        pending_timeout=0,
+        type=req.type,
+        image=req.image,
+        command=None,
+        environ={},
+        resources=req.resources,
+        cluster_size=req.cluster_size,
+        cluster_mode=req.cluster_mode,
+        priority=req.priority,
+        status=SessionStatus.PENDING,
+        status_info={},
+        status_changed_at=now,
+        phase_attempts=0,
+        created_at=now,
+        kernels=kernels,
+        depends_on=req.depends_on,
+    )
+    snapshots = await load_snapshots(conn, [session])
+    snapshot = snapshots.get(req.scaling_group)
+    if snapshot is None:
+        return DryRunResult(False, [], f"scaling group {req.scaling_group!r} does not exist")
+    plan = provisioner_for(snapshot).plan([session], snapshot)
+    if plan.placements:
+        placement = plan.placements[0]
+        return DryRunResult(True, [placement.kernels[k.id] for k in kernels], None)
+    return DryRunResult(False, [], plan.waiting.get(session.id, "waiting"))

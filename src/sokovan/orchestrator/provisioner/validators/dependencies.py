@@ -1,0 +1,29 @@
+"""A session runs after every session it depends on ended TERMINATED / SUCCESS; if one of them
+ended any other way, it never will, and is cancelled with DEPENDENCY_FAILED."""
+
+from __future__ import annotations
+
+from sokovan.common.types import FailureCause, SessionResult, SessionStatus
+from sokovan.orchestrator.handler_types import SessionWithKernels
+from sokovan.orchestrator.provisioner.snapshot import ScalingGroupSnapshot
+from sokovan.orchestrator.provisioner.stages import Reject, Verdict, Wait
+
+_TERMINAL = {s.value for s in SessionStatus.terminal()}
+
+
+class DependencyValidator:
+    name = "dependencies"
+
+    def check(self, session: SessionWithKernels, snapshot: ScalingGroupSnapshot) -> Verdict:
+        waiting = []
+        for dep in session.depends_on:
+            status, result = snapshot.tenancy.dependencies.get(dep, ("missing", None))
+            if status == SessionStatus.TERMINATED and result == SessionResult.SUCCESS:
+                continue
+            if status in _TERMINAL or status == "missing":
+                how = f"{status}/{result}" if result else status
+                return Reject(FailureCause.DEPENDENCY_FAILED.value, f"dependency {dep} ended {how}")
+            waiting.append(f"{dep} ({status})")
+        if waiting:
+            return Wait("waiting for dependencies: " + ", ".join(waiting))
+        return None
