@@ -1,10 +1,12 @@
 """Commits a plan in one transaction whose SQL refuses any agent going past its capacity.
 
 The agents of the plan are locked (in id order, so concurrent allocators cannot deadlock) and
-the whole plan is bound in one statement inside a savepoint; one query then checks, in SQL,
-that no touched agent holds more than its capacity or kernel limit. If it does (another manager
-placed meanwhile), the savepoint is rolled back and the plan is replayed session by session,
-each in its own savepoint, so that only the sessions that conflict are left for the next cycle.
+the whole plan is bound in one statement inside a savepoint: a kernel is bound only if it is
+still PENDING and unplaced. One query then checks, in SQL, that no touched agent holds more than
+its capacity or kernel limit. If a kernel was taken by someone else or an agent is overfull
+(another manager placed meanwhile), the savepoint is rolled back and the plan is replayed
+session by session, each in its own savepoint, so that only the sessions that conflict are left
+for the next cycle.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import and_, bindparam, select, text, update
+from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.types import AgentStatus, KernelStatus
-from sokovan.db.models import Agent, Kernel, ScalingGroup
+from sokovan.db.models import Agent, ScalingGroup
 from sokovan.orchestrator.provisioner.snapshot import Placement, Plan
 from sokovan.orchestrator.schedule.repository import holds_slots
 
@@ -43,10 +45,28 @@ _OVERFULL = text(
 )
 
 
-class Overfull(Exception):
+_BIND = text(
+    """
+    UPDATE kernels AS k SET agent_id = v.agent
+    FROM (SELECT unnest(CAST(:kernels AS uuid[])) AS kernel, unnest(CAST(:agents AS text[])) AS agent) AS v
+    WHERE k.id = v.kernel AND k.status = :pending AND k.agent_id IS NULL
+    RETURNING k.id
+    """
+)
+
+
+class Conflict(Exception):
+    """Part of a plan cannot be committed as computed."""
+
+
+class Overfull(Conflict):
     def __init__(self, agents: list[str]) -> None:
-        super().__init__(f"agents over capacity: {agents}")
-        self.agents = agents
+        super().__init__(f"agent {', '.join(agents)} filled up meanwhile; retrying")
+
+
+class AlreadyPlaced(Conflict):
+    def __init__(self) -> None:
+        super().__init__("placed meanwhile by another scheduler")
 
 
 class RepositoryAllocator:
@@ -67,7 +87,7 @@ class RepositoryAllocator:
                 await self._bind(conn, plan.placements)
                 await self._refuse_overfull(conn, agent_ids)
             committed, conflicts = [p.session_id for p in plan.placements], {}
-        except Overfull:
+        except Conflict:
             committed, conflicts = await self._one_by_one(conn, plan.placements)
         if scaling_group is not None and plan.roundrobin_cursor is not None:
             await conn.execute(
@@ -89,28 +109,23 @@ class RepositoryAllocator:
                     await self._bind(conn, [placement])
                     await self._refuse_overfull(conn, agents)
                 committed.append(placement.session_id)
-            except Overfull as exc:
-                conflicts[placement.session_id] = (
-                    f"agent {', '.join(exc.agents)} filled up meanwhile; retrying"
-                )
+            except Conflict as exc:
+                conflicts[placement.session_id] = str(exc)
         return committed, conflicts
 
     @staticmethod
     async def _bind(conn: AsyncConnection, placements: Sequence[Placement]) -> None:
-        rows = [{"b_kernel": k, "b_agent": a} for p in placements for k, a in p.kernels.items()]
-        await conn.execute(
-            update(Kernel)
-            .where(
-                and_(
-                    Kernel.id == bindparam("b_kernel"),
-                    Kernel.status == KernelStatus.PENDING.value,
-                    Kernel.agent_id.is_(None),
-                )
-            )
-            .values(agent_id=bindparam("b_agent"))
-            .execution_options(synchronize_session=False),
-            rows,
+        pairs = [(k, a) for p in placements for k, a in p.kernels.items()]
+        bound = await conn.execute(
+            _BIND,
+            {
+                "kernels": [k for k, _ in pairs],
+                "agents": [a for _, a in pairs],
+                "pending": KernelStatus.PENDING.value,
+            },
         )
+        if len(bound.all()) != len(pairs):
+            raise AlreadyPlaced()
 
     @staticmethod
     async def _refuse_overfull(conn: AsyncConnection, agent_ids: list[str]) -> None:
