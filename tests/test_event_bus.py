@@ -21,12 +21,13 @@ async def test_a_failed_handler_gets_the_event_again(redis: aioredis.Redis, sett
     seen: list[str] = []
     failures = {"k1": 5}  # fails more often than one pass retries it
 
-    async def handler(event: AgentEvent) -> None:
-        assert isinstance(event, KernelRunning)
-        if failures.get(event.kernel_id, 0) > 0:
-            failures[event.kernel_id] -= 1
-            raise RuntimeError("transient")
-        seen.append(event.kernel_id)
+    async def handler(events: list[AgentEvent]) -> None:
+        for event in events:
+            assert isinstance(event, KernelRunning)
+            if failures.get(event.kernel_id, 0) > 0:
+                failures[event.kernel_id] -= 1
+                raise RuntimeError("transient")
+        seen.extend(e.kernel_id for e in events if isinstance(e, KernelRunning))
 
     stop = asyncio.Event()
     consumer = EventConsumer(
@@ -53,8 +54,8 @@ async def test_unsigned_or_forged_events_are_dropped(redis: aioredis.Redis, sett
     secret = settings.cluster_secret or ""
     seen: list[AgentEvent] = []
 
-    async def handler(event: AgentEvent) -> None:
-        seen.append(event)
+    async def handler(events: list[AgentEvent]) -> None:
+        seen.extend(events)
 
     consumer = EventConsumer(redis, settings.etcd_prefix, secret, "c2", handler, block_ms=100)
     await consumer.ensure_group()

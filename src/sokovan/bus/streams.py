@@ -1,8 +1,10 @@
 """The event bus: one Redis stream, read by the managers through one consumer group.
 
-Delivery is at least once: a manager acknowledges an entry only after its handler ran, and
-entries a crashed consumer left pending are claimed by another after `claim_idle_ms`.
-Handlers must therefore be idempotent.
+Delivery is at least once: a manager acknowledges entries only after its handler ran on them,
+and entries a crashed consumer left pending are claimed by another after `claim_idle_ms`.
+Handlers must therefore be idempotent. The handler gets each read as one batch (in stream
+order), so that it can apply many events in a few statements; a batch that keeps failing is
+retried event by event, so one bad event cannot hold the others back.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class EventPublisher:
         await self._redis.xadd(self._key, fields, maxlen=MAXLEN, approximate=True)
 
 
-Handler = Callable[[AgentEvent], Awaitable[None]]
+Handler = Callable[[list[AgentEvent]], Awaitable[None]]
 
 
 class EventConsumer:
@@ -107,31 +109,41 @@ class EventConsumer:
                 return
 
     async def _dispatch(self, entries: list[tuple[Any, dict[Any, Any]]]) -> None:
+        ids: list[Any] = []
+        events: list[AgentEvent] = []
+        done: list[Any] = []
         for entry_id, fields in entries:
-            if fields is None:  # deleted by MAXLEN trimming while pending
-                await self._redis.xack(self._key, GROUP, entry_id)
+            if fields is None:  # trimmed by MAXLEN while pending
+                done.append(entry_id)
                 continue
             try:
-                event = decode_event(fields, self._secret)
+                events.append(decode_event(fields, self._secret))
+                ids.append(entry_id)
             except BadEvent as exc:
                 log.warning("event.rejected", entry=entry_id, error=str(exc))
-                await self._redis.xack(self._key, GROUP, entry_id)
-                continue
-            if await self._handle(entry_id, event):
-                await self._redis.xack(self._key, GROUP, entry_id)
+                done.append(entry_id)
+        if events:
+            if await self._handle(events):
+                done.extend(ids)
+            else:
+                for entry_id, event in zip(ids, events, strict=True):
+                    if await self._handle([event], tries=1):
+                        done.append(entry_id)
+        if done:
+            await self._redis.xack(self._key, GROUP, *done)
 
-    async def _handle(self, entry_id: Any, event: AgentEvent, tries: int = 3) -> bool:
+    async def _handle(self, events: list[AgentEvent], tries: int = 3) -> bool:
         """Run the handler, retrying transient failures (e.g. a deadlock) a few times.
 
-        An entry whose handler keeps failing stays pending; a later claim retries it.
+        Entries whose handler keeps failing stay pending; a later claim retries them.
         """
         for attempt in range(1, tries + 1):
             try:
-                await self._handler(event)
+                await self._handler(events)
                 return True
             except Exception:
                 if attempt == tries:
-                    log.exception("event.handler_failed", entry=entry_id, name=event.name)
+                    log.exception("event.handler_failed", count=len(events), first=events[0].name)
                     return False
                 await asyncio.sleep(0.05 * attempt)
         return False

@@ -1,4 +1,4 @@
-"""Routes agent events to their appliers and hints the coordinators that care."""
+"""Routes a batch of agent events to their appliers and hints the coordinators that care."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sokovan.bus.hints import HintPublisher
 from sokovan.common.events import KERNEL_EVENT_TYPES, AgentEvent, AgentHeartbeat, AgentStopping
 from sokovan.manager.context import SCHEDULE
-from sokovan.manager.repositories.agents import record_heartbeat
-from sokovan.orchestrator.schedule.kernel_events import KernelEventApplier
+from sokovan.manager.repositories.agents import record_heartbeats
+from sokovan.orchestrator.schedule.kernel_events import KernelEvent, KernelEventApplier
 
 log = structlog.get_logger(__name__)
 
@@ -20,13 +20,20 @@ class EventDispatcher:
         self._hints = hints
         self._kernels = KernelEventApplier(engine)
 
-    async def __call__(self, event: AgentEvent) -> None:
-        if isinstance(event, AgentHeartbeat):
-            if await record_heartbeat(self._engine, event) and event.seq == 1:
-                log.info("agent.registered", agent_id=event.agent_id, rpc_addr=event.rpc_addr)
-                await self._hints.hint(SCHEDULE)  # new room: pending sessions may fit now
-        elif isinstance(event, AgentStopping):
-            log.info("agent.stopping", agent_id=event.agent_id)
-        elif isinstance(event, KERNEL_EVENT_TYPES):
-            if await self._kernels.apply(event):
-                await self._hints.hint(SCHEDULE)
+    async def __call__(self, events: list[AgentEvent]) -> None:
+        beats = [e for e in events if isinstance(e, AgentHeartbeat)]
+        kernel_events: list[KernelEvent] = [e for e in events if isinstance(e, KERNEL_EVENT_TYPES)]
+        hint = False
+        if beats:
+            changed = set(await record_heartbeats(self._engine, beats))
+            registered = [b.agent_id for b in beats if b.seq == 1 and b.agent_id in changed]
+            if registered:
+                log.info("agent.registered", agents=len(registered), first=registered[0])
+                hint = True  # new room: pending sessions may fit now
+        for event in events:
+            if isinstance(event, AgentStopping):
+                log.info("agent.stopping", agent_id=event.agent_id)
+        if kernel_events and await self._kernels.apply_many(kernel_events):
+            hint = True
+        if hint:
+            await self._hints.hint(SCHEDULE)

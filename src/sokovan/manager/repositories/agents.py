@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 
 import structlog
 from sqlalchemy import case, or_, select
@@ -19,31 +20,47 @@ log = structlog.get_logger(__name__)
 _HELD = [AgentStatus.DRAINING.value, AgentStatus.DRAINED.value, AgentStatus.FAILED.value]
 
 
-async def record_heartbeat(engine: AsyncEngine, hb: AgentHeartbeat) -> bool:
-    """Register or refresh an agent; a beat older than the last one seen is ignored.
+async def record_heartbeats(engine: AsyncEngine, beats: Sequence[AgentHeartbeat]) -> list[str]:
+    """Register or refresh agents in one statement; a beat older than the last one seen is ignored.
 
-    Returns False when the beat was ignored (stale, or its scaling group does not exist).
+    Returns the ids of the agents whose row changed (stale beats and beats naming a scaling group
+    that does not exist are left out).
     """
+    latest: dict[str, AgentHeartbeat] = {}
+    for hb in beats:  # stream order: the last beat of an agent wins
+        latest[hb.agent_id] = hb
+    if not latest:
+        return []
     now = dt.datetime.now(dt.UTC)
     async with engine.begin() as conn:
-        sg = await conn.scalar(select(ScalingGroup.name).where(ScalingGroup.name == hb.scaling_group))
-        if sg is None:
-            log.warning("agent.unknown_scaling_group", agent_id=hb.agent_id, scaling_group=hb.scaling_group)
-            return False
-        values = {
-            "id": hb.agent_id,
-            "status": AgentStatus.READY.value,
-            "scaling_group": hb.scaling_group,
-            "available_slots": hb.available_slots,
-            "rpc_addr": hb.rpc_addr,
-            "images": sorted(hb.images),
-            "boot_id": hb.boot_id,
-            "heartbeat_seq": hb.seq,
-            "last_heartbeat_at": now,
-        }
-        stmt = insert(Agent).values(**values)
+        groups = {hb.scaling_group for hb in latest.values()}
+        known = set(
+            (await conn.execute(select(ScalingGroup.name).where(ScalingGroup.name.in_(groups)))).scalars()
+        )
+        rows = []
+        for hb in latest.values():
+            if hb.scaling_group not in known:
+                log.warning(
+                    "agent.unknown_scaling_group", agent_id=hb.agent_id, scaling_group=hb.scaling_group
+                )
+                continue
+            rows.append(
+                {
+                    "id": hb.agent_id,
+                    "status": AgentStatus.READY.value,
+                    "scaling_group": hb.scaling_group,
+                    "available_slots": hb.available_slots,
+                    "rpc_addr": hb.rpc_addr,
+                    "images": sorted(hb.images),
+                    "boot_id": hb.boot_id,
+                    "heartbeat_seq": hb.seq,
+                    "last_heartbeat_at": now,
+                }
+            )
+        if not rows:
+            return []
+        stmt = insert(Agent).values(rows)
         excluded = stmt.excluded
-        fresh = or_(Agent.boot_id != excluded.boot_id, Agent.heartbeat_seq < excluded.heartbeat_seq)
         upsert = stmt.on_conflict_do_update(
             index_elements=[Agent.id],
             set_={
@@ -54,12 +71,8 @@ async def record_heartbeat(engine: AsyncEngine, hb: AgentHeartbeat) -> bool:
                 "boot_id": excluded.boot_id,
                 "heartbeat_seq": excluded.heartbeat_seq,
                 "last_heartbeat_at": excluded.last_heartbeat_at,
-                "status": _keep_held(excluded.status),
+                "status": case((Agent.status.in_(_HELD), Agent.status), else_=excluded.status),
             },
-            where=fresh,
+            where=or_(Agent.boot_id != excluded.boot_id, Agent.heartbeat_seq < excluded.heartbeat_seq),
         ).returning(Agent.id)
-        return (await conn.execute(upsert)).first() is not None
-
-
-def _keep_held(new_status: object) -> object:
-    return case((Agent.status.in_(_HELD), Agent.status), else_=new_status)
+        return list((await conn.execute(upsert)).scalars())

@@ -216,38 +216,67 @@ class KernelTransition:
     agent_id: str | None = None
 
 
-async def apply_kernel_transition(conn: AsyncConnection, t: KernelTransition) -> uuid.UUID | None:
-    """Returns the kernel's session id when the kernel moved, None when it was stale or unknown."""
+async def apply_kernel_transitions(
+    conn: AsyncConnection, transitions: Sequence[KernelTransition]
+) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """Move kernels that are still where each transition expects them (at most one transition
+    per kernel). Rows are locked in id order, so concurrent batches cannot deadlock on them.
+    Returns (kernel id, session id) of the kernels that moved."""
+    if not transitions:
+        return []
     now = dt.datetime.now(dt.UTC)
-    row = (
-        await conn.execute(
-            select(Kernel.status, Kernel.session_id, Kernel.status_info, Kernel.agent_id)
-            .where(Kernel.id == t.kernel_id)
-            .with_for_update(key_share=True)  # FOR NO KEY UPDATE: FK checks may still pass
+    rows = await conn.execute(
+        select(
+            Kernel.id, Kernel.status, Kernel.session_id, Kernel.status_info, Kernel.agent_id, Kernel.exit_code
         )
-    ).first()
-    if row is None or KernelStatus(row.status) not in t.expected:
-        return None
-    if t.agent_id is not None and row.agent_id != t.agent_id:
-        return None
-    values: dict[str, Any] = {"status": t.to_status.value, "status_changed_at": now}
-    if t.exit_code is not None:
-        values["exit_code"] = t.exit_code
-    if t.status_info:
-        values["status_info"] = {**(row.status_info or {}), **t.status_info}
-    if t.to_status.is_terminal:
-        values["terminated_at"] = now
-    await conn.execute(update(Kernel).where(Kernel.id == t.kernel_id).values(**values))
-    await conn.execute(
-        insert(KernelSchedulingHistory).values(
-            kernel_id=t.kernel_id,
-            session_id=row.session_id,
-            source=t.source,
-            from_status=row.status,
-            to_status=t.to_status.value,
-            message=t.message,
-            created_at=now,
-        )
+        .where(Kernel.id.in_([t.kernel_id for t in transitions]))
+        .order_by(Kernel.id)
+        .with_for_update(key_share=True)  # FOR NO KEY UPDATE: FK checks may still pass
     )
-    session_id: uuid.UUID = row.session_id
-    return session_id
+    current = {r.id: r for r in rows}
+    updates: list[dict[str, Any]] = []
+    history: list[dict[str, Any]] = []
+    moved: list[tuple[uuid.UUID, uuid.UUID]] = []
+    for t in transitions:
+        row = current.get(t.kernel_id)
+        if row is None or KernelStatus(row.status) not in t.expected:
+            continue
+        if t.agent_id is not None and row.agent_id != t.agent_id:
+            continue
+        updates.append(
+            {
+                "b_id": t.kernel_id,
+                "b_status": t.to_status.value,
+                "b_info": {**(row.status_info or {}), **(t.status_info or {})},
+                "b_exit": t.exit_code if t.exit_code is not None else row.exit_code,
+                "b_terminated": now if t.to_status.is_terminal else None,
+            }
+        )
+        history.append(
+            {
+                "kernel_id": t.kernel_id,
+                "session_id": row.session_id,
+                "source": t.source,
+                "from_status": row.status,
+                "to_status": t.to_status.value,
+                "message": t.message,
+                "created_at": now,
+            }
+        )
+        moved.append((t.kernel_id, row.session_id))
+    if updates:
+        await conn.execute(
+            update(Kernel)
+            .where(Kernel.id == bindparam("b_id"))
+            .values(
+                status=bindparam("b_status"),
+                status_changed_at=now,
+                status_info=bindparam("b_info"),
+                exit_code=bindparam("b_exit"),
+                terminated_at=func.coalesce(Kernel.terminated_at, bindparam("b_terminated")),
+            )
+            .execution_options(synchronize_session=False),
+            updates,
+        )
+        await conn.execute(insert(KernelSchedulingHistory), history)
+    return moved

@@ -4,6 +4,7 @@ and only the agent a kernel is placed on can move it."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -17,7 +18,7 @@ from sokovan.common.events import (
     KernelTerminated,
 )
 from sokovan.common.types import FailureCause, KernelStatus
-from sokovan.manager.repositories.transitions import KernelTransition, apply_kernel_transition
+from sokovan.manager.repositories.transitions import KernelTransition, apply_kernel_transitions
 
 K = KernelStatus
 KernelEvent = (
@@ -93,8 +94,31 @@ class KernelEventApplier:
 
     async def apply(self, event: KernelEvent) -> bool:
         """True when the event moved its kernel."""
-        transition = transition_for(event)
-        if transition is None:
-            return False
+        return await self.apply_many([event]) > 0
+
+    async def apply_many(self, events: Sequence[KernelEvent]) -> int:
+        """Apply a batch in one transaction; returns how many kernels moved.
+
+        Events of one kernel apply in their order: the batch is cut into rounds holding at most
+        one event per kernel, and each round is a few set-based statements.
+        """
+        transitions = [t for t in map(transition_for, events) if t is not None]
+        if not transitions:
+            return 0
+        moved = 0
         async with self._engine.begin() as conn:
-            return await apply_kernel_transition(conn, transition) is not None
+            for round_ in _rounds(transitions):
+                moved += len(await apply_kernel_transitions(conn, round_))
+        return moved
+
+
+def _rounds(transitions: Sequence[KernelTransition]) -> list[list[KernelTransition]]:
+    rounds: list[list[KernelTransition]] = []
+    depth: dict[uuid.UUID, int] = {}
+    for t in transitions:
+        n = depth.get(t.kernel_id, 0)
+        depth[t.kernel_id] = n + 1
+        if n == len(rounds):
+            rounds.append([])
+        rounds[n].append(t)
+    return rounds
