@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 
-.PHONY: help venv services services-down services-status lint typecheck test dev clean distclean
+.PHONY: help venv services services-down services-status lint typecheck test dev bench clean distclean
 
 help:
 	@echo "make venv           create $(VENV) and install sokovan with the dev extras"
@@ -26,6 +26,7 @@ help:
 	@echo "make typecheck      mypy (strict, package sokovan)"
 	@echo "make test           venv + services + lint + typecheck + pytest (PYTEST_ARGS=...)"
 	@echo "make dev            run 'sokovan dev' (manager + 2 agents on this machine)"
+	@echo "make bench          manager + hollow fleet: placement and start-up throughput, as JSON"
 	@echo "make clean          stop throwaway servers, remove caches and build output"
 	@echo "make distclean      clean + remove $(VENV)"
 
@@ -64,6 +65,10 @@ test: venv services lint typecheck
 
 dev: venv
 	$(BIN)/sokovan dev
+
+# A real manager against a hollow fleet (BENCH_AGENTS, BENCH_SESSIONS, ... : see scripts/bench).
+bench: venv services
+	$(BIN)/python -m scripts.bench
 
 clean: services-down
 	rm -rf .dev/services .env.services build dist .mypy_cache .ruff_cache .pytest_cache src/*.egg-info

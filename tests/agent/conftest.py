@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel
 
 from sokovan.agent.daemon import AgentConfig, AgentDaemon
+from sokovan.agent.hollow import HollowConfig, HollowFleet
 from sokovan.agent.images import ImageCatalog, ImageEnv
 from sokovan.bus.streams import stream_key
 from sokovan.common.events import AgentEvent, decode_event
@@ -28,9 +29,9 @@ class Empty(BaseModel):
 
 
 class AgentEvents:
-    """The events one agent put on the stream, in stream order."""
+    """The events one agent (or, with `agent_id=None`, every agent) put on the stream, in order."""
 
-    def __init__(self, redis: aioredis.Redis, settings: Settings, agent_id: str) -> None:
+    def __init__(self, redis: aioredis.Redis, settings: Settings, agent_id: str | None) -> None:
         self._redis = redis
         self._key = stream_key(settings.etcd_prefix)
         self._secret = settings.cluster_secret or ""
@@ -44,7 +45,7 @@ class AgentEvents:
             for entry_id, fields in entries:
                 self._last = entry_id.decode()
                 event = decode_event(fields, self._secret)
-                if event.agent_id == self._agent_id:
+                if self._agent_id is None or event.agent_id == self._agent_id:
                     self.seen.append(event)
 
     async def wait_for(self, predicate: Callable[[AgentEvent], bool], within: float = WAIT) -> AgentEvent:
@@ -97,6 +98,27 @@ async def agent(settings: Settings, redis: aioredis.Redis, tmp_path: Path) -> As
 @pytest.fixture
 def events(agent: AgentDaemon, redis: aioredis.Redis, settings: Settings) -> AgentEvents:
     return AgentEvents(redis, settings, agent.agent_id)
+
+
+FleetFactory = Callable[..., Awaitable[HollowFleet]]
+
+
+@pytest.fixture
+async def fleet_factory(settings: Settings, redis: aioredis.Redis) -> AsyncIterator[FleetFactory]:
+    """Starts hollow fleets on free ports (`HollowConfig` fields as keywords); stops them after the test."""
+    fleets: list[HollowFleet] = []
+
+    async def start(count: int, **options: Any) -> HollowFleet:
+        options.setdefault("rpc_port", 0)
+        options.setdefault("heartbeat_interval", 0.5)
+        fleet = HollowFleet(settings, HollowConfig(count=count, **options))
+        await fleet.start()
+        fleets.append(fleet)
+        return fleet
+
+    yield start
+    for fleet in fleets:
+        await fleet.stop()
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 
 from sokovan.agent.daemon import AgentDaemon
 from sokovan.common.rpc import AgentRPCClient, CreateKernelsRequest, signed_headers
-from tests.agent.conftest import AgentEvents, spec
+from tests.agent.conftest import AgentEvents, Empty, spec
 
 BAD_HEADERS = {
     "unsigned": lambda body, secret: {"Content-Type": "application/json"},
@@ -82,3 +82,30 @@ async def test_invalid_body_is_400(agent: AgentDaemon, method: str, body: bytes)
         assert resp.status == 400
         assert (await resp.json())["error"].startswith(f"invalid {method} request")
     assert agent.backend.running_kernels() == []
+
+
+async def test_request_for_another_agent_is_404_and_starts_nothing(
+    agent: AgentDaemon, events: AgentEvents, client: AgentRPCClient
+) -> None:
+    secret = agent.settings.cluster_secret or ""
+    rejected = spec("echo should-not-run")
+    body = CreateKernelsRequest(kernels=[rejected]).model_dump_json().encode()
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"http://{agent.rpc_addr}/rpc/create_kernels",
+            data=body,
+            headers=signed_headers(secret, body, agent_id="some-other-agent"),
+        ) as resp,
+    ):
+        assert resp.status == 404
+        assert (await resp.json())["error"].startswith("unknown agent 'some-other-agent'")
+
+    # Its own id (like no header at all) is served.
+    assert await client.call(agent.rpc_addr, "ping", Empty(), agent.agent_id) == {"agent_id": agent.agent_id}
+    accepted = spec("true")
+    await client.check_and_pull(agent.rpc_addr, [accepted], agent_id=agent.agent_id)
+    await events.wait_kernel("kernel.prepared", accepted.kernel_id)
+    assert events.of_kernel(rejected.kernel_id) == []
+    assert agent.backend.running_kernels() == []
+    assert not (agent.work_dir / rejected.kernel_id).exists()

@@ -1,8 +1,9 @@
 """The agent daemon: registration and heartbeats, kernel events, RPC, graceful shutdown.
 
-Every event goes through one outbox, published by one task in the order it was emitted, and
-retried while Redis is unreachable; so the manager sees, per agent, the heartbeat that registered
-it before any kernel event, and KernelRunning before the KernelTerminated of the same kernel.
+Every event goes through one outbox (`outbox.EventOutbox`), published by one task in the order
+it was emitted, and retried while Redis is unreachable; so the manager sees, per agent, the
+heartbeat that registered it before any kernel event, and KernelRunning before the
+KernelTerminated of the same kernel.
 """
 
 from __future__ import annotations
@@ -16,13 +17,12 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 import structlog
-from pydantic import BaseModel
 from redis.exceptions import RedisError
 
 from sokovan.agent.images import ImageCatalog
+from sokovan.agent.outbox import EventOutbox
 from sokovan.agent.process_backend import ProcessBackend
-from sokovan.agent.rpc_server import RPCServer
-from sokovan.bus.streams import EventPublisher
+from sokovan.agent.rpc_server import RPCServer, single_agent
 from sokovan.common.events import (
     AgentHeartbeat,
     AgentStopping,
@@ -66,39 +66,6 @@ class AgentConfig:
         return self.work_dir or Path(tempfile.gettempdir()) / f"sokovan-agent-{self.agent_id}"
 
 
-class EventOutbox:
-    """Publishes emitted events in order, retrying each until Redis takes it."""
-
-    def __init__(self, publisher: EventPublisher) -> None:
-        self._publisher = publisher
-        self._queue: asyncio.Queue[BaseModel] = asyncio.Queue()
-
-    def emit(self, event: BaseModel) -> None:
-        self._queue.put_nowait(event)
-
-    async def run(self) -> None:
-        while True:
-            event = await self._queue.get()
-            delay = 0.1
-            while True:
-                try:
-                    await self._publisher.publish(event)
-                    break
-                except (RedisError, OSError) as exc:
-                    log.warning("event.publish_failed", event=type(event).__name__, error=str(exc))
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 5.0)
-            self._queue.task_done()
-
-    async def drain(self, limit: float) -> bool:
-        """Wait until every emitted event is published, for at most `limit` seconds."""
-        try:
-            await asyncio.wait_for(self._queue.join(), limit)
-        except TimeoutError:
-            return False
-        return True
-
-
 class AgentDaemon:
     """One agent with the process backend; `start()`, then `stop()` (or `run(stop_event)`)."""
 
@@ -111,11 +78,11 @@ class AgentDaemon:
         self.boot_id = uuid.uuid4().hex
         self.work_dir = config.resolved_work_dir()
         self._redis = aioredis.Redis.from_url(settings.redis_url)
-        self._outbox = EventOutbox(EventPublisher(self._redis, settings.etcd_prefix, settings.cluster_secret))
+        self._outbox = EventOutbox(self._redis, settings.etcd_prefix, settings.cluster_secret)
         self.backend = ProcessBackend(
             config.agent_id, self.work_dir, config.catalog, self._outbox.emit, config.kill_grace
         )
-        self._rpc = RPCServer(self, settings.cluster_secret, config.rpc_host, config.rpc_port)
+        self._rpc = RPCServer(single_agent(self), settings.cluster_secret, config.rpc_host, config.rpc_port)
         self._seq = 0
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []

@@ -1,8 +1,11 @@
 """The agent's RPC server: `POST /rpc/{method}`, JSON bodies signed with the cluster secret.
 
 The signature is checked before anything else: an unsigned, wrongly signed or stale request is
-answered 401 and nothing runs. Then an unknown method is 404 and a body that does not validate
-is 400; every error is a JSON object `{"error": ...}`.
+answered 401 and nothing runs. Then the request is routed by its `X-Sokovan-Agent` header (part
+of the signed payload) to one of the agents this address serves: a real agent takes requests
+without the header or with its own id, a hollow fleet the ids of its virtual agents; any other
+id is 404 and nothing runs. Then an unknown method is 404 and a body that does not validate is
+400; every error is a JSON object `{"error": ...}`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from sokovan.common.rpc import (
+    AGENT_HEADER,
     AcceptedResponse,
     CheckAndPullRequest,
     CreateKernelsRequest,
@@ -31,7 +35,7 @@ MAX_BODY = 16 * 2**20
 
 
 class AgentRPCHandlers(Protocol):
-    """What the server dispatches to; the daemon implements it."""
+    """What the server dispatches to; the daemon and every hollow agent implement it."""
 
     agent_id: str
 
@@ -48,29 +52,70 @@ class _NotFound(Exception):
     pass
 
 
-Method = Callable[[bytes], Awaitable[BaseModel | dict[str, Any]]]
+# The agent named by the request's X-Sokovan-Agent header ("" when absent), or None: not served here.
+Route = Callable[[str], AgentRPCHandlers | None]
+Method = Callable[[AgentRPCHandlers, bytes], Awaitable[BaseModel | dict[str, Any]]]
+
+
+def single_agent(handlers: AgentRPCHandlers) -> Route:
+    """The route of a real agent: requests without the header, or naming this agent."""
+
+    def route(agent_id: str) -> AgentRPCHandlers | None:
+        return handlers if agent_id in ("", handlers.agent_id) else None
+
+    return route
 
 
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-class RPCServer:
-    """Serves one agent's RPC on `host:port` (port 0 picks a free one; see `rpc_addr`)."""
+async def _ping(handlers: AgentRPCHandlers, body: bytes) -> dict[str, Any]:
+    return {"agent_id": handlers.agent_id}
 
-    def __init__(self, handlers: AgentRPCHandlers, secret: str, host: str, port: int) -> None:
-        self._handlers = handlers
+
+async def _check_and_pull(handlers: AgentRPCHandlers, body: bytes) -> BaseModel:
+    return await handlers.check_and_pull(CheckAndPullRequest.model_validate_json(body or b"{}"))
+
+
+async def _create_kernels(handlers: AgentRPCHandlers, body: bytes) -> BaseModel:
+    return await handlers.create_kernels(CreateKernelsRequest.model_validate_json(body or b"{}"))
+
+
+async def _destroy_kernels(handlers: AgentRPCHandlers, body: bytes) -> BaseModel:
+    return await handlers.destroy_kernels(DestroyKernelsRequest.model_validate_json(body or b"{}"))
+
+
+async def _logs(handlers: AgentRPCHandlers, body: bytes) -> BaseModel:
+    request = LogsRequest.model_validate_json(body or b"{}")
+    response = await handlers.logs(request)
+    if response is None:
+        raise _NotFound(f"unknown kernel {request.kernel_id!r}")
+    return response
+
+
+METHODS: dict[str, Method] = {
+    "ping": _ping,
+    "check_and_pull": _check_and_pull,
+    "create_kernels": _create_kernels,
+    "destroy_kernels": _destroy_kernels,
+    "logs": _logs,
+}
+
+
+class RPCServer:
+    """Serves the RPC of one agent, or of many, on `host:port` (port 0 picks a free one).
+
+    `route` maps the X-Sokovan-Agent header to the agent that serves the request (see
+    `single_agent`); the daemon passes its own, a hollow fleet a lookup in its agents.
+    """
+
+    def __init__(self, route: Route, secret: str, host: str, port: int) -> None:
+        self._route = route
         self._secret = secret
         self._host = host
         self._port = port
         self._runner: web.AppRunner | None = None
-        self._methods: dict[str, Method] = {
-            "ping": self._ping,
-            "check_and_pull": self._wrap(CheckAndPullRequest, handlers.check_and_pull),
-            "create_kernels": self._wrap(CreateKernelsRequest, handlers.create_kernels),
-            "destroy_kernels": self._wrap(DestroyKernelsRequest, handlers.destroy_kernels),
-            "logs": self._logs,
-        }
         self.bound_port: int | None = None
 
     async def start(self) -> None:
@@ -110,11 +155,17 @@ class RPCServer:
         if not check_signature(self._secret, body, request.headers):
             log.warning("rpc.unauthenticated", method=method_name, peer=request.remote)
             return _error(401, "missing, invalid or expired cluster-secret signature")
-        method = self._methods.get(method_name)
+        agent_id = request.headers.get(AGENT_HEADER) or ""
+        handlers = self._route(agent_id)
+        if handlers is None:
+            log.warning("rpc.unknown_agent", method=method_name, agent_id=agent_id, peer=request.remote)
+            named = repr(agent_id) if agent_id else f"(no {AGENT_HEADER} header)"
+            return _error(404, f"unknown agent {named}: this address does not serve it")
+        method = METHODS.get(method_name)
         if method is None:
             return _error(404, f"unknown method {method_name!r}")
         try:
-            result = await method(body)
+            result = await method(handlers, body)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in exc.errors()[:10]
@@ -125,22 +176,3 @@ class RPCServer:
         if isinstance(result, BaseModel):
             return web.json_response(text=result.model_dump_json())
         return web.json_response(result)
-
-    @staticmethod
-    def _wrap(
-        model: type[Any], handler: Callable[[Any], Awaitable[BaseModel]]
-    ) -> Callable[[bytes], Awaitable[BaseModel]]:
-        async def method(body: bytes) -> BaseModel:
-            return await handler(model.model_validate_json(body or b"{}"))
-
-        return method
-
-    async def _ping(self, body: bytes) -> dict[str, Any]:
-        return {"agent_id": self._handlers.agent_id}
-
-    async def _logs(self, body: bytes) -> BaseModel:
-        request = LogsRequest.model_validate_json(body or b"{}")
-        response = await self._handlers.logs(request)
-        if response is None:
-            raise _NotFound(f"unknown kernel {request.kernel_id!r}")
-        return response

@@ -1,7 +1,12 @@
-"""`sokovan agent`: an agent daemon with the process backend.
+"""`sokovan agent`: an agent daemon with the process backend, or (`--simulate N`) a hollow fleet.
 
 Every option is also a config-file key (`id`, `scaling_group`, `slots`, `rpc_host`, `rpc_port`,
-`images`, `work_dir`, `kill_grace`, `heartbeat_interval`); a flag wins over the file.
+`images`, `work_dir`, `kill_grace`, `heartbeat_interval`, `simulate`, `pull_delay`,
+`pull_failure_rate`, `seed`); a flag wins over the file.
+
+With `--simulate N`, `--id` is the prefix of the virtual agents' ids (default `hollow`),
+`--slots` the capacity of each of them (default cpu=4,mem=8g), the heartbeat interval 5 s, and
+`--work-dir`/`--kill-grace` do not apply.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 import click
 
 from sokovan.agent.daemon import AgentConfig, AgentDaemon, AgentStartError
+from sokovan.agent.hollow import DEFAULT_SLOTS, HollowConfig, HollowFleet
 from sokovan.agent.images import ImageCatalog, ImageCatalogError
 from sokovan.agent.process_backend import install_child_watcher
 from sokovan.cli.common import config_option, load_or_exit
@@ -50,7 +56,7 @@ def _pick(flag: Any, file_values: dict[str, Any], key: str, kind: type | tuple[t
     return value
 
 
-def _slots(flag: str | None, file_value: Any) -> ResourceSlots:
+def _slots(flag: str | None, file_value: Any, default: str | None = None) -> ResourceSlots:
     try:
         if flag is not None:
             return ResourceSlots.parse_cli(flag)
@@ -62,7 +68,7 @@ def _slots(flag: str | None, file_value: Any) -> ResourceSlots:
             raise SlotError(f"expected 'cpu=4,mem=8g' or a table, got {file_value!r}")
     except SlotError as exc:
         raise click.ClickException(f"bad --slots: {exc}") from exc
-    return host_slots()
+    return ResourceSlots.parse_cli(default) if default is not None else host_slots()
 
 
 def build_config(
@@ -110,8 +116,50 @@ def build_config(
     return config
 
 
-async def _serve(settings: Settings, config: AgentConfig) -> None:
-    daemon = AgentDaemon(settings, config)
+def build_hollow_config(
+    file_values: dict[str, Any],
+    base: AgentConfig,
+    *,
+    count: int,
+    prefix: str | None,
+    slots: str | None,
+    heartbeat_interval: float | None,
+    pull_delay: float | None,
+    pull_failure_rate: float | None,
+    seed: int | None,
+) -> HollowConfig:
+    """The hollow fleet's options: the agent's, with the fleet's own defaults where they differ."""
+    if count < 1:
+        raise click.ClickException("--simulate needs at least 1 agent")
+    delay = _pick(pull_delay, file_values, "pull_delay", (int, float))
+    rate = _pick(pull_failure_rate, file_values, "pull_failure_rate", (int, float))
+    chosen_seed = _pick(seed, file_values, "seed", int)
+    interval = _pick(heartbeat_interval, file_values, "heartbeat_interval", (int, float))
+    if delay is not None and delay < 0:
+        raise click.ClickException("pull delay must not be negative")
+    if rate is not None and not 0 <= rate <= 1:
+        raise click.ClickException("pull failure rate must be between 0 and 1")
+    config = HollowConfig(
+        count=count,
+        prefix=_pick(prefix, file_values, "id", str) or "hollow",
+        scaling_group=base.scaling_group,
+        slots=_slots(slots, file_values.get("slots"), DEFAULT_SLOTS),
+        rpc_host=base.rpc_host,
+        rpc_port=base.rpc_port,
+        catalog=base.catalog,
+        pull_delay=float(delay or 0),
+        pull_failure_rate=float(rate or 0),
+        seed=chosen_seed or 0,
+    )
+    if interval is not None:
+        config.heartbeat_interval = float(interval)
+    return config
+
+
+async def _serve(settings: Settings, config: AgentConfig | HollowConfig) -> None:
+    daemon = (
+        AgentDaemon(settings, config) if isinstance(config, AgentConfig) else HollowFleet(settings, config)
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -121,15 +169,34 @@ async def _serve(settings: Settings, config: AgentConfig) -> None:
 
 @click.command()
 @config_option
-@click.option("--id", "agent_id", default=None, help="Agent id (default: the host name).")
+@click.option(
+    "--id",
+    "agent_id",
+    default=None,
+    help="Agent id (default: the host name); with --simulate, the id prefix ('hollow').",
+)
 @click.option("--scaling-group", default=None, help="Scaling group (default: 'default').")
-@click.option("--slots", default=None, help="Capacity, e.g. cpu=4,mem=8g (default: what the host has).")
+@click.option(
+    "--slots",
+    default=None,
+    help="Capacity, e.g. cpu=4,mem=8g (default: what the host has; per hollow agent: cpu=4,mem=8g).",
+)
 @click.option("--rpc-host", default=None, help="RPC bind address (default: 127.0.0.1).")
 @click.option("--rpc-port", type=int, default=None, help="RPC port (default: 6011; 0 picks a free one).")
 @click.option("--images", default=None, help="Image catalog file (TOML or JSON).")
 @click.option("--work-dir", default=None, help="Kernel directories (default: $TMPDIR/sokovan-agent-<id>).")
 @click.option("--kill-grace", type=float, default=None, help="Seconds between SIGTERM and SIGKILL (5).")
-@click.option("--heartbeat-interval", type=float, default=None, help="Seconds between heartbeats (2).")
+@click.option(
+    "--heartbeat-interval", type=float, default=None, help="Seconds between heartbeats (2; 5 simulated)."
+)
+@click.option(
+    "--simulate", type=int, default=None, metavar="N", help="Run N hollow agents (kernels are timers)."
+)
+@click.option("--pull-delay", type=float, default=None, help="Simulated image pull time in seconds (0).")
+@click.option(
+    "--pull-failure-rate", type=float, default=None, help="Share of simulated pulls that fail (0..1)."
+)
+@click.option("--seed", type=int, default=None, help="Seed of the simulated pull failures (0).")
 def agent(
     config: str | None,
     agent_id: str | None,
@@ -141,8 +208,12 @@ def agent(
     work_dir: str | None,
     kill_grace: float | None,
     heartbeat_interval: float | None,
+    simulate: int | None,
+    pull_delay: float | None,
+    pull_failure_rate: float | None,
+    seed: int | None,
 ) -> None:
-    """Run an agent daemon whose kernels are OS processes."""
+    """Run an agent daemon whose kernels are OS processes (or, with --simulate N, N hollow agents)."""
     settings = load_or_exit(config)
     if not settings.cluster_secret:
         raise click.ClickException("SOKOVAN_CLUSTER_SECRET is not set: the agent refuses to start")
@@ -150,6 +221,7 @@ def agent(
         file_values = read_config_file(config)
     except ConfigFileError as exc:
         raise click.ClickException(str(exc)) from exc
+    count = _pick(simulate, file_values, "simulate", int)
     agent_config = build_config(
         file_values,
         agent_id=agent_id,
@@ -162,8 +234,22 @@ def agent(
         kill_grace=kill_grace,
         heartbeat_interval=heartbeat_interval,
     )
-    install_child_watcher()
+    run_config: AgentConfig | HollowConfig = agent_config
+    if count is not None:
+        run_config = build_hollow_config(
+            file_values,
+            agent_config,
+            count=count,
+            prefix=agent_id,
+            slots=slots,
+            heartbeat_interval=heartbeat_interval,
+            pull_delay=pull_delay,
+            pull_failure_rate=pull_failure_rate,
+            seed=seed,
+        )
+    else:
+        install_child_watcher()
     try:
-        asyncio.run(_serve(settings, agent_config))
+        asyncio.run(_serve(settings, run_config))
     except AgentStartError as exc:
         raise click.ClickException(str(exc)) from exc

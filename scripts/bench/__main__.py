@@ -1,0 +1,86 @@
+"""`make bench`: placement and start-up throughput of a real manager against a hollow fleet.
+
+Sizes come from the environment: BENCH_AGENTS (1000), BENCH_SESSIONS (10000), BENCH_CONCURRENCY
+(64), BENCH_STEADY_RATE (200), BENCH_STEADY_SECONDS (15), BENCH_CYCLE (1: also time single
+cycles). Prints one JSON document and writes it to .dev/bench/result.json.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import time
+from typing import Any
+
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from scripts.bench.cluster import ROOT, BenchCluster, dump, fresh_database, service_env
+from scripts.bench.cycle import cycle_cost
+from scripts.bench.load import burst, milestones, steady, wait_until
+
+
+def env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+async def main() -> dict[str, Any]:
+    agents = env_int("BENCH_AGENTS", 1000)
+    sessions = env_int("BENCH_SESSIONS", 10000)
+    concurrency = env_int("BENCH_CONCURRENCY", 64)
+    rate = env_int("BENCH_STEADY_RATE", 200)
+    steady_s = env_int("BENCH_STEADY_SECONDS", 15)
+    result: dict[str, Any] = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "agents": agents,
+        "sessions": sessions,
+        "concurrency": concurrency,
+    }
+    cluster = BenchCluster(agents, slots="cpu=16,mem=64g")
+    try:
+        t0 = time.perf_counter()
+        await cluster.start()
+        result["cluster_up_s"] = round(time.perf_counter() - t0, 1)
+        assert cluster.engine is not None
+        # Steady run first, with short sessions, so the burst starts on an empty cluster.
+        ids = await steady(cluster.api, cluster.token, rate, steady_s, "sleep 1")
+        await wait_until(cluster.engine, ids, ("TERMINATED",), within=300)
+        m = await milestones(cluster.engine, ids)
+        result["steady"] = {
+            "rate_per_s": rate,
+            "seconds": steady_s,
+            "sessions": len(ids),
+            "create_to_running_p50_ms": round(m["create_to_running_p50_ms"], 1),
+            "create_to_running_p99_ms": round(m["create_to_running_p99_ms"], 1),
+        }
+        load = await burst(cluster.api, cluster.token, sessions, concurrency, "sleep 3600")
+        await wait_until(cluster.engine, load["ids"], ("RUNNING",), within=900)
+        m = await milestones(cluster.engine, load["ids"])
+        result["burst"] = {
+            "creates_per_s": round(load["creates_per_s"], 1),
+            "create_p50_ms": round(load["create_p50_ms"], 1),
+            "create_p99_ms": round(load["create_p99_ms"], 1),
+            "placed_per_s": round(m["placed_per_s"], 1),
+            "running_per_s": round(m["running_per_s"], 1),
+            "all_running_after_first_create_s": round(m["all_running_after_first_create_s"], 1),
+        }
+    finally:
+        await cluster.stop()
+    if os.environ.get("BENCH_CYCLE", "1") == "1":
+        url = await fresh_database(service_env().get("SOKOVAN_DB_URL", ""), "sokovan_bench_cycle")
+        engine = create_async_engine(url)
+        result["cycle"] = [await cycle_cost(engine, a, p) for a in (100, 1000) for p in (1000, 10000)]
+        await engine.dispose()
+    return result
+
+
+if __name__ == "__main__":
+    outcome = asyncio.run(main())
+    text = dump(outcome)
+    (ROOT / ".dev" / "bench").mkdir(parents=True, exist_ok=True)
+    (ROOT / ".dev" / "bench" / "result.json").write_text(text)
+    print(text)

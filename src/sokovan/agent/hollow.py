@@ -1,0 +1,202 @@
+"""A hollow fleet: N virtual agents in one process, on one RPC port (like Kubernetes' kubemark).
+
+Each virtual agent (`hollow_agent.HollowAgent`) has its own id `<prefix>-0000 …`, boot id and
+heartbeat sequence, and answers the same RPC as a real agent; the one `RPCServer` routes each
+request by its signed `X-Sokovan-Agent` header. All of them share one Redis connection and one
+outbox (so events are published in emission order, per agent as well, in pipelined batches), and
+one heartbeat loop: the first beats (the registrations) are spread over the first second, then
+each agent beats every `heartbeat_interval` at its own phase, so a fleet of N sends a steady
+N / interval beats per second instead of N tasks waking up. Kernels are timers (`call_later`),
+never tasks, so ten thousand of them cost only memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import math
+import random
+import uuid
+from dataclasses import dataclass, field
+
+import redis.asyncio as aioredis
+import structlog
+from redis.exceptions import RedisError
+
+from sokovan.agent.daemon import AgentStartError
+from sokovan.agent.hollow_agent import HollowAgent, HollowBehaviour
+from sokovan.agent.images import ImageCatalog
+from sokovan.agent.outbox import EventOutbox
+from sokovan.agent.rpc_server import RPCServer
+from sokovan.common.events import AgentStopping
+from sokovan.common.settings import Settings
+from sokovan.common.slots import ResourceSlots
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_SLOTS = "cpu=4,mem=8g"
+DEFAULT_HEARTBEAT_INTERVAL = 5.0
+REGISTRATION_SPREAD = 1.0  # seconds over which the first beats of the fleet are spread
+TICK = 0.05  # the heartbeat loop wakes at most this often
+DRAIN_TIMEOUT = 30.0
+
+
+def hollow_ids(prefix: str, count: int) -> list[str]:
+    """`<prefix>-0000 … <prefix>-NNNN`: four digits, more when the fleet needs them."""
+    width = max(4, len(str(count - 1)))
+    return [f"{prefix}-{i:0{width}d}" for i in range(count)]
+
+
+@dataclass
+class HollowConfig:
+    count: int
+    prefix: str = "hollow"
+    scaling_group: str = "default"
+    slots: ResourceSlots = field(default_factory=lambda: ResourceSlots.parse_cli(DEFAULT_SLOTS))
+    rpc_host: str = "127.0.0.1"
+    rpc_port: int = 6011
+    catalog: ImageCatalog = field(default_factory=ImageCatalog)
+    pull_delay: float = 0.0
+    pull_failure_rate: float = 0.0
+    seed: int = 0
+    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
+    registration_spread: float = REGISTRATION_SPREAD
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ValueError("a hollow fleet needs at least one agent")
+        if not 0.0 <= self.pull_failure_rate <= 1.0:
+            raise ValueError("the pull failure rate must be between 0 and 1")
+        if self.pull_delay < 0:
+            raise ValueError("the pull delay must not be negative")
+        if self.heartbeat_interval <= 0:
+            raise ValueError("the heartbeat interval must be positive")
+
+
+class HollowFleet:
+    """N virtual agents; `start()`, then `stop()` (or `run(stop_event)`)."""
+
+    def __init__(self, settings: Settings, config: HollowConfig) -> None:
+        if not settings.cluster_secret:
+            raise AgentStartError("SOKOVAN_CLUSTER_SECRET is not set: the agent refuses to start")
+        self.settings = settings
+        self.config = config
+        self._redis = aioredis.Redis.from_url(settings.redis_url)
+        self._outbox = EventOutbox(self._redis, settings.etcd_prefix, settings.cluster_secret)
+        behaviour = HollowBehaviour(
+            scaling_group=config.scaling_group,
+            available_slots=config.slots.to_json(),
+            catalog=config.catalog,
+            pull_delay=config.pull_delay,
+            pull_failure_rate=config.pull_failure_rate,
+            rng=random.Random(config.seed),
+        )
+        self.agents: dict[str, HollowAgent] = {
+            agent_id: HollowAgent(agent_id, uuid.uuid4().hex, behaviour, self._outbox.emit)
+            for agent_id in hollow_ids(config.prefix, config.count)
+        }
+        self._rpc = RPCServer(self.agents.get, settings.cluster_secret, config.rpc_host, config.rpc_port)
+        self._stopping = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._heartbeats: asyncio.Task[None] | None = None
+        self._started = False
+        self._stopped = False
+
+    @property
+    def rpc_addr(self) -> str:
+        return self._rpc.rpc_addr
+
+    @property
+    def outbox(self) -> EventOutbox:
+        return self._outbox
+
+    def running_kernels(self) -> int:
+        return sum(len(agent.running_kernels()) for agent in self.agents.values())
+
+    async def start(self) -> None:
+        try:
+            await self._redis.ping()
+        except (RedisError, OSError) as exc:
+            await self._redis.aclose()
+            raise AgentStartError(f"cannot reach Redis at {self.settings.redis_url}: {exc}") from exc
+        try:
+            await self._rpc.start()
+        except OSError as exc:
+            await self._redis.aclose()
+            raise AgentStartError(f"cannot start the hollow fleet: {exc}") from exc
+        self._started = True
+        self._tasks.append(asyncio.create_task(self._outbox.run(), name="hollow-outbox"))
+        self._heartbeats = asyncio.create_task(self._heartbeat_loop(), name="hollow-heartbeat")
+        self._tasks.append(self._heartbeats)
+        log.info(
+            "hollow.started",
+            agents=len(self.agents),
+            first=next(iter(self.agents)),
+            rpc_addr=self.rpc_addr,
+            heartbeat_interval=self.config.heartbeat_interval,
+        )
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.start()
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()
+
+    async def stop(self) -> None:
+        """Stop beating, announce every agent's stop, close the RPC server, end every kernel."""
+        if not self._started or self._stopped:
+            return
+        self._stopped = True
+        self._stopping.set()
+        if self._heartbeats is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeats
+        for agent in self.agents.values():
+            self._outbox.emit(AgentStopping(agent_id=agent.agent_id, boot_id=agent.boot_id))
+        await self._rpc.stop()
+        kernels = self.running_kernels()
+        for agent in self.agents.values():
+            agent.shutdown()
+        if not await self._outbox.drain(DRAIN_TIMEOUT):
+            log.warning("hollow.events_lost_at_stop", unpublished=len(self._outbox))
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._redis.aclose()
+        log.info("hollow.stopped", agents=len(self.agents), kernels_destroyed=kernels)
+
+    async def _heartbeat_loop(self) -> None:
+        """Every agent's beats from one loop; each wake-up publishes the beats that are due."""
+        loop = asyncio.get_running_loop()
+        agents = list(self.agents.values())
+        count, interval = len(agents), self.config.heartbeat_interval
+        spread = min(self.config.registration_spread, interval)
+        start = loop.time()
+        # (due, index): the registrations spread over `spread`, in id order.
+        due: list[tuple[float, int]] = [(start + spread * i / count, i) for i in range(count)]
+        while not self._stopping.is_set():
+            now = loop.time()
+            rpc_addr = self.rpc_addr
+            while due and due[0][0] <= now:
+                at, i = heapq.heappop(due)
+                agents[i].heartbeat(rpc_addr)
+                heapq.heappush(due, (self._next_beat(start + interval * i / count, at, now), i))
+            wait = max(due[0][0] - loop.time(), TICK)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), wait)
+
+    def _next_beat(self, phase: float, last: float, now: float) -> float:
+        """The first time after `last` and `now` on the agent's phase.
+
+        Beats fall on `phase + k * interval`; so after the registrations the fleet's beats are
+        spread evenly over the interval, and no agent waits longer than one interval between beats
+        (a loop that fell behind skips the beats it missed rather than sending them in a burst).
+        """
+        interval = self.config.heartbeat_interval
+        after = max(last, now)
+        k = math.floor((after - phase) / interval) + 1
+        return phase + k * interval

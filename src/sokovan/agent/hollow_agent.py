@@ -1,0 +1,239 @@
+"""One virtual agent of a hollow fleet: the agent RPC, with kernels that are timers.
+
+A kernel whose command is `sleep S` (or `exec sleep S`) runs for S seconds and exits 0; any
+other command, or none, runs until it is destroyed. Nothing is started: a kernel is an entry in
+a dict and, for a sleep, one `loop.call_later` timer. Every event is the one a real agent would
+publish for the same call, emitted into the fleet's shared outbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel
+
+from sokovan.agent.images import ImageCatalog
+from sokovan.agent.process_backend import valid_kernel_id
+from sokovan.common.events import (
+    AgentHeartbeat,
+    KernelCreationFailed,
+    KernelImagePullFailed,
+    KernelPrepared,
+    KernelPulling,
+    KernelRunning,
+    KernelTerminated,
+)
+from sokovan.common.rpc import (
+    AcceptedResponse,
+    CheckAndPullRequest,
+    CreateKernelsRequest,
+    DestroyKernelsRequest,
+    KernelSpec,
+    LogsRequest,
+    LogsResponse,
+)
+
+Emit = Callable[[BaseModel], None]
+
+MAX_ENDED = 256  # ended kernels per agent whose exit code is kept for a later destroy or logs
+EXIT_TERM = 128 + 15
+EXIT_KILL = 128 + 9
+_SLEEP_RE = re.compile(r"^\s*(?:exec\s+)?sleep\s+(\d+(?:\.\d*)?|\.\d+)\s*$")
+
+
+def sleep_seconds(command: str | None) -> float | None:
+    """S for a command `sleep S` / `exec sleep S`; None for anything else (runs until destroyed)."""
+    if command is None:
+        return None
+    match = _SLEEP_RE.match(command)
+    return float(match.group(1)) if match else None
+
+
+@dataclass(frozen=True)
+class HollowBehaviour:
+    """What every agent of one fleet shares: its catalog, capacity and simulated pull."""
+
+    scaling_group: str
+    available_slots: dict[str, str]
+    catalog: ImageCatalog
+    pull_delay: float
+    pull_failure_rate: float
+    rng: random.Random
+
+
+class _Kernel:
+    __slots__ = ("kernel_id", "session_id", "timer")
+
+    def __init__(self, kernel_id: str, session_id: str) -> None:
+        self.kernel_id = kernel_id
+        self.session_id = session_id
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class HollowAgent:
+    """One virtual agent; implements `rpc_server.AgentRPCHandlers`."""
+
+    def __init__(self, agent_id: str, boot_id: str, behaviour: HollowBehaviour, emit: Emit) -> None:
+        self.agent_id = agent_id
+        self.boot_id = boot_id
+        self.seq = 0
+        self._behaviour = behaviour
+        self._images = behaviour.catalog.names()
+        self._emit = emit
+        self._live: dict[str, _Kernel] = {}
+        self._ended: OrderedDict[str, tuple[str, int | None]] = OrderedDict()
+        self._pulls: set[asyncio.TimerHandle] = set()
+
+    def running_kernels(self) -> list[str]:
+        return sorted(self._live)
+
+    def heartbeat(self, rpc_addr: str) -> None:
+        self.seq += 1
+        self._emit(
+            AgentHeartbeat(
+                agent_id=self.agent_id,
+                seq=self.seq,
+                boot_id=self.boot_id,
+                scaling_group=self._behaviour.scaling_group,
+                available_slots=self._behaviour.available_slots,
+                images=self._images,
+                rpc_addr=rpc_addr,
+                running_kernels=self.running_kernels(),
+            )
+        )
+
+    def shutdown(self) -> None:
+        """Drop the pulls in flight and end every kernel as destroyed."""
+        for handle in self._pulls:
+            handle.cancel()
+        self._pulls.clear()
+        for kernel in list(self._live.values()):
+            self._end(kernel, EXIT_TERM, "destroyed")
+
+    # RPC handlers
+
+    async def check_and_pull(self, request: CheckAndPullRequest) -> AcceptedResponse:
+        behaviour = self._behaviour
+        outcomes: list[BaseModel] = []
+        for spec in request.kernels:
+            ids = {"agent_id": self.agent_id, "kernel_id": spec.kernel_id, "session_id": spec.session_id}
+            self._emit(KernelPulling(**ids))
+            if spec.image not in behaviour.catalog:
+                message = f"image {spec.image!r} is not available on agent {self.agent_id}"
+                self._emit(KernelImagePullFailed(**ids, message=message))
+            elif behaviour.pull_failure_rate > 0 and behaviour.rng.random() < behaviour.pull_failure_rate:
+                message = f"simulated pull failure of image {spec.image!r} on agent {self.agent_id}"
+                outcomes.append(KernelImagePullFailed(**ids, message=message))
+            else:
+                outcomes.append(KernelPrepared(**ids))
+        if outcomes and behaviour.pull_delay > 0:
+            loop = asyncio.get_running_loop()
+            handle: asyncio.TimerHandle | None = None
+
+            def finish() -> None:
+                assert handle is not None
+                self._pulls.discard(handle)
+                self._emit_all(outcomes)
+
+            handle = loop.call_later(behaviour.pull_delay, finish)
+            self._pulls.add(handle)
+        else:
+            self._emit_all(outcomes)
+        return AcceptedResponse(accepted=[spec.kernel_id for spec in request.kernels])
+
+    async def create_kernels(self, request: CreateKernelsRequest) -> AcceptedResponse:
+        for spec in request.kernels:
+            self._create(spec)
+        return AcceptedResponse(accepted=[spec.kernel_id for spec in request.kernels])
+
+    async def destroy_kernels(self, request: DestroyKernelsRequest) -> AcceptedResponse:
+        for kernel_id in request.kernel_ids:
+            self._destroy(kernel_id, request.forced)
+        return AcceptedResponse(accepted=list(request.kernel_ids))
+
+    async def logs(self, request: LogsRequest) -> LogsResponse | None:
+        kernel_id = request.kernel_id
+        if kernel_id not in self._live and kernel_id not in self._ended:
+            return None
+        return LogsResponse(kernel_id=kernel_id, stdout=f"simulated kernel {kernel_id}\n")
+
+    # kernels
+
+    def _emit_all(self, events: list[BaseModel]) -> None:
+        for event in events:
+            self._emit(event)
+
+    def _create(self, spec: KernelSpec) -> None:
+        existing = self._live.get(spec.kernel_id)
+        if existing is not None:  # a repeated create: report it again, start nothing
+            self._emit(self._running(existing))
+            return
+        problem = None
+        if not valid_kernel_id(spec.kernel_id):
+            problem = f"invalid kernel id {spec.kernel_id!r}"
+        elif spec.image not in self._behaviour.catalog:
+            problem = f"image {spec.image!r} is not available on agent {self.agent_id}"
+        if problem is not None:
+            self._emit(
+                KernelCreationFailed(
+                    agent_id=self.agent_id,
+                    kernel_id=spec.kernel_id,
+                    session_id=spec.session_id,
+                    message=problem,
+                )
+            )
+            return
+        kernel = _Kernel(spec.kernel_id, spec.session_id)
+        self._live[spec.kernel_id] = kernel
+        self._ended.pop(spec.kernel_id, None)
+        self._emit(self._running(kernel))
+        seconds = sleep_seconds(spec.command)
+        if seconds is not None:
+            kernel.timer = asyncio.get_running_loop().call_later(seconds, self._exited, kernel)
+
+    def _running(self, kernel: _Kernel) -> KernelRunning:
+        return KernelRunning(agent_id=self.agent_id, kernel_id=kernel.kernel_id, session_id=kernel.session_id)
+
+    def _exited(self, kernel: _Kernel) -> None:
+        if self._live.get(kernel.kernel_id) is kernel:
+            self._end(kernel, 0, "exited")
+
+    def _destroy(self, kernel_id: str, forced: bool) -> None:
+        kernel = self._live.get(kernel_id)
+        if kernel is not None:
+            self._end(kernel, EXIT_KILL if forced else EXIT_TERM, "destroyed")
+            return
+        ended = self._ended.get(kernel_id)
+        self._emit(
+            KernelTerminated(
+                agent_id=self.agent_id,
+                kernel_id=kernel_id,
+                session_id=ended[0] if ended else "",
+                exit_code=ended[1] if ended else None,
+                reason="destroyed" if ended else "unknown",
+            )
+        )
+
+    def _end(self, kernel: _Kernel, exit_code: int, reason: Literal["exited", "destroyed"]) -> None:
+        del self._live[kernel.kernel_id]
+        if kernel.timer is not None:
+            kernel.timer.cancel()
+            kernel.timer = None
+        self._ended[kernel.kernel_id] = (kernel.session_id, exit_code)
+        while len(self._ended) > MAX_ENDED:
+            self._ended.popitem(last=False)
+        self._emit(
+            KernelTerminated(
+                agent_id=self.agent_id,
+                kernel_id=kernel.kernel_id,
+                session_id=kernel.session_id,
+                exit_code=exit_code,
+                reason=reason,
+            )
+        )
