@@ -15,9 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, literal, or_, select, true
+from sqlalchemy import ColumnElement, Select, and_, or_, select, text, true
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.orm import aliased
 
 from sokovan.db.models import Agent, Kernel, Session, SessionDependency, SessionSchedulingHistory, User
 from sokovan.manager.repositories.tenancy import Principal
@@ -176,42 +175,41 @@ async def _views(conn: AsyncConnection, rows: Sequence[Any]) -> list[dict[str, A
     return out
 
 
+_CHAIN_ROOTS = text(
+    """
+    WITH RECURSIVE up(start, cur, parent) AS (
+        SELECT id, id, parent_session_id FROM sessions WHERE id = ANY(:ids)
+        UNION ALL
+        SELECT up.start, s.id, s.parent_session_id FROM up JOIN sessions s ON s.id = up.parent
+    )
+    SELECT start, cur FROM up WHERE parent IS NULL
+    """
+)
+_CHAIN_MEMBERS = text(
+    """
+    WITH RECURSIVE down(root, cur, parent, depth, created_at) AS (
+        SELECT id, id, parent_session_id, 0, created_at FROM sessions WHERE id = ANY(:roots)
+        UNION ALL
+        SELECT down.root, s.id, s.parent_session_id, down.depth + 1, s.created_at
+        FROM down JOIN sessions s ON s.parent_session_id = down.cur
+        WHERE down.depth < :max_depth
+    )
+    SELECT root, cur, parent FROM down ORDER BY root, depth, created_at
+    """
+)
+
+
 async def _retry_chains(
     conn: AsyncConnection, ids: Sequence[uuid.UUID]
 ) -> tuple[dict[uuid.UUID, list[str]], dict[uuid.UUID, str]]:
-    """For each id: the whole chain (root first, then children by depth) and its next attempt."""
-    s = aliased(Session)
-    up = (
-        select(Session.id.label("start"), Session.id.label("cur"), Session.parent_session_id.label("parent"))
-        .where(Session.id.in_(ids))
-        .cte("up", recursive=True)
-    )
-    up = up.union_all(select(up.c.start, s.id, s.parent_session_id).join(s, s.id == up.c.parent))
-    roots = {
-        r.start: r.cur for r in await conn.execute(select(up.c.start, up.c.cur).where(up.c.parent.is_(None)))
-    }
-    s2 = aliased(Session)
-    down = (
-        select(
-            Session.id.label("root"),
-            Session.id.label("cur"),
-            Session.parent_session_id.label("parent"),
-            literal(0).label("depth"),
-            Session.created_at.label("created_at"),
-        )
-        .where(Session.id.in_(set(roots.values())))
-        .cte("down", recursive=True)
-    )
-    down = down.union_all(
-        select(down.c.root, s2.id, s2.parent_session_id, down.c.depth + 1, s2.created_at)
-        .join(s2, s2.parent_session_id == down.c.cur)
-        .where(down.c.depth < MAX_CHAIN)
-    )
+    """For each id: the whole chain (root first, then children by depth) and its next attempt.
+
+    Two fixed statements (prepared once), whatever the number of ids."""
+    roots = {r.start: r.cur for r in await conn.execute(_CHAIN_ROOTS, {"ids": list(ids)})}
     members: dict[uuid.UUID, list[str]] = defaultdict(list)
     children: dict[uuid.UUID, str] = {}
-    for r in await conn.execute(
-        select(down.c.root, down.c.cur, down.c.parent).order_by(down.c.root, down.c.depth, down.c.created_at)
-    ):
+    rows = await conn.execute(_CHAIN_MEMBERS, {"roots": list(set(roots.values())), "max_depth": MAX_CHAIN})
+    for r in rows:
         members[r.root].append(str(r.cur))
         if r.parent is not None:
             children[r.parent] = str(r.cur)  # the newest child wins if there were several
