@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus, ClusterMode
@@ -64,6 +64,8 @@ class Provisioner:
     sequencer: Sequencer
     selector: Selector
     block: bool = False
+    # request shape → why it did not fit earlier in this plan
+    _unfit: dict[tuple[object, ...], str] = field(default_factory=dict)
 
     def plan(self, sessions: Sequence[SessionWithKernels], snapshot: ScalingGroupSnapshot) -> Plan:
         plan = Plan()
@@ -108,29 +110,41 @@ class Provisioner:
         if session.cluster_mode == ClusterMode.MULTI_NODE and len(kernels) > 1:
             return self._place_spread(session, snapshot, kernels)
         whole = session.resources.scaled(len(kernels))
-        candidates, reasons = _filter(snapshot.agents, session.image, whole, len(kernels))
-        if not candidates:
-            return None, summarize(len(snapshot.agents), 0, reasons)
-        agent = self.selector.pick(session, candidates, snapshot)
+        shape = (session.image, tuple(sorted(whole.items())), len(kernels))
+        if shape in self._unfit:  # room only shrinks within a cycle: it still does not fit
+            return None, self._unfit[shape]
+        agent = self.selector.pick(
+            session, lambda a: a.can_take(session.image, whole, len(kernels)), snapshot
+        )
+        if agent is None:
+            _, reasons = _filter(snapshot.agents, session.image, whole, len(kernels))
+            self._unfit[shape] = summarize(len(snapshot.agents), 0, reasons)
+            return None, self._unfit[shape]
         agent.take(whole, len(kernels))
+        self.selector.taken(agent)
         return Placement(session.id, dict.fromkeys(kernels, agent.id), session.resources), ""
 
     def _place_spread(
         self, session: SessionWithKernels, snapshot: ScalingGroupSnapshot, kernels: Sequence[uuid.UUID]
     ) -> tuple[Placement | None, str]:
         """Each kernel on a different agent; all or nothing."""
-        candidates, reasons = _filter(snapshot.agents, session.image, session.resources, 1)
-        if len(candidates) < len(kernels):
-            detail = summarize(len(snapshot.agents), len(candidates), reasons)
-            return None, f"multi-node needs {len(kernels)} agents: {detail}"
         chosen: list[AgentSnapshot] = []
-        remaining = list(candidates)
         for _ in kernels:
-            agent = self.selector.pick(session, remaining, snapshot)
-            remaining.remove(agent)
+            agent = self.selector.pick(
+                session,
+                lambda a: a not in chosen and a.can_take(session.image, session.resources, 1),
+                snapshot,
+            )
+            if agent is None:
+                break
             chosen.append(agent)
+        if len(chosen) < len(kernels):
+            fitting, reasons = _filter(snapshot.agents, session.image, session.resources, 1)
+            detail = summarize(len(snapshot.agents), len(fitting), reasons)
+            return None, f"multi-node needs {len(kernels)} agents: {detail}"
         for agent in chosen:
             agent.take(session.resources, 1)
+            self.selector.taken(agent)
         return Placement(
             session.id, dict(zip(kernels, (a.id for a in chosen), strict=True)), session.resources
         ), ""

@@ -27,14 +27,27 @@ class AgentSnapshot:
     kernel_count: int
     max_kernels: int | None
     images: frozenset[str]
+    free: ResourceSlots = field(init=False)
 
-    @property
-    def free(self) -> ResourceSlots:
-        return self.available - self.occupied
+    def __post_init__(self) -> None:
+        self.free = self.available - self.occupied
 
     def take(self, slots: ResourceSlots, kernels: int) -> None:
         self.occupied = self.occupied + slots
+        self.free = self.available - self.occupied
         self.kernel_count += kernels
+
+    def can_take(self, image: str, slots: ResourceSlots, kernels: int) -> bool:
+        """The fast yes/no of `pipeline.why_not` (same rules, no reason)."""
+        if self.status != AgentStatus.READY or not self.schedulable or image not in self.images:
+            return False
+        if self.max_kernels is not None and self.kernel_count + kernels > self.max_kernels:
+            return False
+        free = self.free
+        return all(amount <= 0 or amount <= free.get(name, _ZERO) for name, amount in slots.items())
+
+
+_ZERO = Decimal(0)
 
 
 @dataclass(frozen=True)

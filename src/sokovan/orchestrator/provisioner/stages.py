@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,9 +45,19 @@ class Sequencer(Protocol):
 
 
 class Selector(Protocol):
+    """Walks the group's agents in its own order and returns the first that `fits` accepts.
+
+    `taken` is called after an agent received kernels, so that a selector keeping an ordered
+    index over the agents can re-key that one agent instead of re-sorting all of them.
+    """
+
     name: str
 
     def pick(
-        self, session: SessionWithKernels, candidates: Sequence[AgentSnapshot], snapshot: ScalingGroupSnapshot
-    ) -> AgentSnapshot:
-        """Choose one of `candidates`, all of which have room for the request (never empty)."""
+        self,
+        session: SessionWithKernels,
+        fits: Callable[[AgentSnapshot], bool],
+        snapshot: ScalingGroupSnapshot,
+    ) -> AgentSnapshot | None: ...
+
+    def taken(self, agent: AgentSnapshot) -> None: ...

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -228,8 +229,9 @@ class ScheduleCoordinator:
             return False
         async with self._engine.begin() as conn:
             applied = await apply_session_transitions(conn, transitions)
-        for sid, (src, dst) in applied.moved.items():
-            log.info("session.status", session_id=str(sid), from_status=src.value, to_status=dst.value)
+        if applied.moved:
+            moves = Counter(f"{src.value}->{dst.value}" for src, dst in applied.moved.values())
+            log.info("sessions.moved", **dict(moves))
         return bool(applied.moved) or any(
             t.kernel_to is not None for t in transitions if t.session_id in applied.applied
         )
