@@ -164,3 +164,29 @@ async def test_promotions_follow_kernel_statuses_to_the_end(engine: AsyncEngine)
             ).scalars()
         )
     assert handlers == ["PromoteToRunning", "DetectTermination", "PromoteToTerminated"]
+
+
+async def test_a_session_stuck_preparing_past_the_pull_timeout_is_ended(engine: AsyncEngine) -> None:
+    from sokovan.config.cluster import PhaseLimit, PhaseSettings
+    from sokovan.orchestrator.schedule.handlers.promotion.promote_to_prepared import PromoteToPrepared
+
+    seed = await Seed(engine).tenancy()
+    await seed.agent("a1")
+    stuck = await seed.session(
+        status=SessionStatus.PREPARING, kernel_status=KernelStatus.PULLING, agent_id="a1"
+    )
+    fresh = await seed.session(
+        status=SessionStatus.PREPARING, kernel_status=KernelStatus.PULLING, agent_id="a1"
+    )
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(Session)
+            .where(Session.id == stuck)
+            .values(status_changed_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=60))
+        )
+    config = ClusterConfig()
+    config.phases = PhaseSettings(pulling=PhaseLimit(timeout=30, max_tries=3))
+    await ScheduleCoordinator(engine, config, [PromoteToPrepared()]).cycle()
+    status, info, _ = await status_of(engine, stuck)
+    assert (status, info["cause"]) == ("TERMINATING", "SCHEDULER_TIMEOUT")
+    assert (await status_of(engine, fresh))[0] == "PREPARING"

@@ -144,41 +144,52 @@ class ScheduleCoordinator:
     # -- promotion ---------------------------------------------------------------------------
 
     async def run_promotion(self, handler: SessionPromotionHandler) -> bool:
-        async with self._engine.connect() as conn:
-            targets = await fetch_sessions(conn, handler.target_session_statuses)
-        if not targets:
-            return False
+        """Promote the sessions whose kernels meet the handler's condition (decided in SQL), and
+        end the ones that waited in an expiring status past the phase timeout."""
         now = dt.datetime.now(dt.UTC)
+        async with self._engine.connect() as conn:
+            matching = await fetch_sessions(
+                conn, handler.target_session_statuses, handler.check_kernel_statuses, match=handler.match_type
+            )
+            stuck: list[SessionWithKernels] = []
+            timeout = self._config.phases.get(handler.phase).timeout if handler.phase else 0
+            if handler.expiring_statuses and timeout > 0:
+                stuck = await fetch_sessions(
+                    conn, handler.expiring_statuses, changed_before=now - dt.timedelta(seconds=timeout)
+                )
         out: list[SessionTransition] = []
-        for session in targets:
-            if kernels_match(session.kernels, handler.check_kernel_statuses, handler.match_type):
-                status, result, info = handler.outcome(session)
-                out.append(
-                    self._transition(
-                        handler.name(),
-                        session,
-                        handler.target_session_statuses,
-                        SchedulingResult.SUCCESS,
-                        TransitionStatus(status, None),
-                        info=info,
-                        session_result=result,
-                    )
+        for session in matching:
+            # Re-checked in Python on the rows read, so the SQL and the rule cannot disagree.
+            if not kernels_match(session.kernels, handler.check_kernel_statuses, handler.match_type):
+                continue
+            status, result, info = handler.outcome(session)
+            out.append(
+                self._transition(
+                    handler.name(),
+                    session,
+                    handler.target_session_statuses,
+                    SchedulingResult.SUCCESS,
+                    TransitionStatus(status, None),
+                    info=info,
+                    session_result=result,
                 )
-            elif session.status in handler.expiring_statuses and is_expired(
-                session.status_changed_at, now, self._config.phases.get(handler.phase).timeout
-            ):
-                message = f"{session.status} for longer than the {handler.phase} timeout"
-                out.append(
-                    self._transition(
-                        handler.name(),
-                        session,
-                        handler.target_session_statuses,
-                        SchedulingResult.EXPIRED,
-                        TransitionStatus(SessionStatus.TERMINATING, None),
-                        message=message,
-                        info=_timeout_info(session, message),
-                    )
+            )
+        promoted = {t.session_id for t in out}
+        for session in stuck:
+            if session.id in promoted:
+                continue
+            message = f"{session.status} for longer than the {handler.phase} timeout"
+            out.append(
+                self._transition(
+                    handler.name(),
+                    session,
+                    handler.target_session_statuses,
+                    SchedulingResult.EXPIRED,
+                    TransitionStatus(SessionStatus.TERMINATING, None),
+                    message=message,
+                    info=_timeout_info(session, message),
                 )
+            )
         return await self._apply(out)
 
     # -- shared ------------------------------------------------------------------------------

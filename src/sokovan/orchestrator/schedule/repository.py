@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
@@ -13,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.db.models import Agent, Kernel, ScalingGroup, Session, SessionDependency
-from sokovan.orchestrator.handler_types import KernelInfo, SessionWithKernels
+from sokovan.orchestrator.handler_types import KernelInfo, KernelMatchType, SessionWithKernels
 
 BATCH_LIMIT = 2000
 
@@ -23,8 +24,16 @@ async def fetch_sessions(
     statuses: frozenset[SessionStatus],
     kernel_statuses: frozenset[KernelStatus] | None = None,
     limit: int = BATCH_LIMIT,
+    *,
+    match: KernelMatchType | None = None,
+    changed_before: dt.datetime | None = None,
 ) -> list[SessionWithKernels]:
-    """Sessions in `statuses` (having a kernel in `kernel_statuses` if given), oldest first."""
+    """Sessions in `statuses`, oldest first.
+
+    `kernel_statuses` alone keeps sessions having a kernel in those statuses. With `match`, the
+    ALL / ANY / NOT_ANY condition of a promotion is evaluated in SQL, so only sessions that meet
+    it are read. `changed_before` keeps sessions that entered their status before that time.
+    """
     query = (
         select(Session, ScalingGroup.pending_timeout)
         .join(ScalingGroup, ScalingGroup.name == Session.scaling_group)
@@ -33,11 +42,17 @@ async def fetch_sessions(
         .limit(limit)
     )
     if kernel_statuses is not None:
-        query = query.where(
-            exists().where(
-                Kernel.session_id == Session.id, Kernel.status.in_([k.value for k in kernel_statuses])
-            )
-        )
+        listed = [k.value for k in kernel_statuses]
+        has = exists().where(Kernel.session_id == Session.id, Kernel.status.in_(listed))
+        has_other = exists().where(Kernel.session_id == Session.id, Kernel.status.not_in(listed))
+        if match is None or match is KernelMatchType.ANY:
+            query = query.where(has)
+        elif match is KernelMatchType.NOT_ANY:
+            query = query.where(~has)
+        else:
+            query = query.where(~has_other)
+    if changed_before is not None:
+        query = query.where(Session.status_changed_at < changed_before)
     rows = (await AsyncSession(bind=conn).execute(query)).all()
     if not rows:
         return []
