@@ -92,6 +92,12 @@ def session() -> None:
 @click.option("--creation-id", default=None, help="Idempotency key: a repeat returns the same session.")
 @click.option("--max-retries", type=int, default=None, help="Shorthand for retry_policy.max_retries.")
 @click.option("--wait", is_flag=True, help="Follow the session to RUNNING or a terminal status.")
+@click.option(
+    "--dry-run",
+    "dry_run",
+    is_flag=True,
+    help="Validate and show where it would be placed now; create nothing.",
+)
 @click.option("--json", "as_json", is_flag=True)
 @api_options
 def create(
@@ -109,12 +115,15 @@ def create(
     creation_id: str | None,
     max_retries: int | None,
     wait: bool,
+    dry_run: bool,
     as_json: bool,
     api_url: str | None,
     token: str | None,
     config: str | None,
 ) -> None:
-    """Create a session."""
+    """Create a session (or, with --dry-run, only say where it would go)."""
+    if dry_run and wait:
+        raise click.UsageError("--dry-run and --wait cannot be combined")
     body: dict[str, Any] = {"image": image}
     optional: dict[str, Any] = {
         "type": session_type,
@@ -132,6 +141,11 @@ def create(
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     client = _client(api_url, token, config)
+    if dry_run:
+        with _api_errors():
+            _, answer = client.request("POST", "/v2/sessions", body=body, query={"dry_run": True})
+        _print_dry_run(answer, as_json)
+        return
     with _api_errors():
         status, created = client.request("POST", "/v2/sessions", body=body)
         verb = "created" if status == 201 else "already exists (same creation id)"
@@ -146,6 +160,15 @@ def create(
     if as_json:
         _dump(final)
     sys.exit(_exit_code(final))
+
+
+def _print_dry_run(answer: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        _dump(answer)
+    elif answer["placeable"]:
+        click.echo(f"placeable now: {', '.join(answer['agents'])} (dry run: nothing was created)")
+    else:
+        click.echo(f"not placeable now: {answer['pending_reason']} (dry run: nothing was created)")
 
 
 def _follow(client: ApiClient, session_id: str, *, err: bool) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sokovan.manager.api import health, keypairs, sessions
+from sokovan.manager.api import agents, health, keypairs, policies, scaling_groups, sessions
 from sokovan.manager.api.auth import CTX_KEY, auth_middleware
 from sokovan.manager.api.common import CONTROLLER_KEY
 from sokovan.manager.api.openapi import Route, build_document
@@ -25,7 +25,15 @@ async def openapi_json(request: web.Request) -> web.Response:
 
 def all_routes() -> list[Route]:
     own = Route("GET", "/v2/openapi.json", openapi_json, "This document", {200: None}, auth=False)
-    return [*sessions.ROUTES, *keypairs.ROUTES, *health.ROUTES, own]
+    return [
+        *sessions.ROUTES,
+        *keypairs.ROUTES,
+        *policies.ROUTES,
+        *scaling_groups.ROUTES,
+        *agents.ROUTES,
+        *health.ROUTES,
+        own,
+    ]
 
 
 def _version() -> str:

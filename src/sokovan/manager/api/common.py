@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from aiohttp import web
@@ -56,3 +57,24 @@ def query_bool(request: web.Request, name: str, default: bool = False) -> bool:
     if value in {"false", "0", "no", "off"}:
         return False
     raise Problem(400, "Bad query parameter", f"{name} must be true or false, got {raw!r}")
+
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
+
+
+def path_name(request: web.Request, what: str, name: str = "name") -> str:
+    """A name a write would create: 422 when it is not a valid name."""
+    raw = request.match_info[name]
+    if not NAME_RE.match(raw):
+        raise Problem(
+            422,
+            "Validation failed",
+            f"{what} name {raw!r} must be 1-64 letters, digits or ._@- and start with a letter or digit",
+            slug="validation-failed",
+        )
+    return raw
+
+
+def query_csv(request: web.Request, name: str) -> list[str]:
+    """A repeatable, comma-separated query parameter as one list."""
+    return [v.strip() for raw in request.query.getall(name, []) for v in raw.split(",") if v.strip()]

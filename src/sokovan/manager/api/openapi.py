@@ -31,7 +31,8 @@ class Route:
     path: str
     handler: Handler
     summary: str
-    responses: dict[int, type[BaseModel] | None]
+    # None: no body (a problem document for 4xx/5xx); a tuple: one of these models
+    responses: dict[int, type[BaseModel] | tuple[type[BaseModel], ...] | None]
     request: type[BaseModel] | None = None
     params: Sequence[Param] = ()
     auth: bool = True
@@ -75,8 +76,13 @@ def build_document(routes: Sequence[Route], version: str) -> dict[str, Any]:
             }
         for status, model in route.responses.items():
             entry: dict[str, Any] = {"description": _reason(status)}
-            if model is not None:
+            if isinstance(model, tuple):
+                one_of = [ref(m, "serialization") for m in model]
+                entry["content"] = {"application/json": {"schema": {"oneOf": one_of}}}
+            elif model is not None:
                 entry["content"] = {"application/json": {"schema": ref(model, "serialization")}}
+            elif status >= 400:
+                entry["content"] = {"application/problem+json": {"schema": problem}}
             op["responses"][str(status)] = entry
         errors = [400, 401, 404, 422, 500] if route.auth else [500]
         if route.admin:

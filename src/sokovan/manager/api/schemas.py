@@ -20,6 +20,7 @@ from sokovan.common.types import (
 from sokovan.manager.controller.session_spec import SessionCreateRequest
 
 __all__ = [
+    "DryRunResponse",
     "HealthResponse",
     "HistoryItem",
     "HistoryList",
@@ -147,3 +148,12 @@ class KeypairCreateResponse(BaseModel):
 class HealthResponse(BaseModel):
     status: str = Field(description='"ok" or "unavailable"')
     checks: dict[str, str] = Field(description='per dependency: "ok" or what failed')
+
+
+class DryRunResponse(BaseModel):
+    """`POST /v2/sessions?dry_run=true`: where the session would go now, or why it would wait.
+    Computed against the current cluster and written nowhere."""
+
+    placeable: bool
+    agents: list[str] = Field(description="the agent of each kernel, in cluster order; [] if not placeable")
+    pending_reason: str | None = Field(description="why it would wait in PENDING; null if placeable")

@@ -20,6 +20,7 @@ from sokovan.manager.api.common import (
 from sokovan.manager.api.openapi import SESSION_ID, Param, Route
 from sokovan.manager.api.problems import Problem, parse_body
 from sokovan.manager.api.schemas import (
+    DryRunResponse,
     HistoryItem,
     HistoryList,
     KernelLogs,
@@ -44,9 +45,15 @@ async def _session_or_404(request: web.Request, session_id: uuid.UUID, principal
 
 async def create_session(request: web.Request) -> web.Response:
     principal = principal_of(request)
-    if query_bool(request, "dry_run"):
-        raise Problem(501, "Not Implemented", "dry_run is not served by this manager yet")
+    dry_run = query_bool(request, "dry_run")
     spec = await parse_body(request, SessionCreateRequest)
+    if dry_run:
+        result = await request.app[CONTROLLER_KEY].dry_run(principal, spec)
+        return json_response(
+            DryRunResponse(
+                placeable=result.placeable, agents=list(result.agents), pending_reason=result.pending_reason
+            )
+        )
     outcome = await request.app[CONTROLLER_KEY].create_session(principal, spec)
     session = await _session_or_404(request, outcome.session_id, principal)
     return json_response(session, 201 if outcome.created else 200)
@@ -143,9 +150,18 @@ ROUTES = [
         "POST",
         "/v2/sessions",
         create_session,
-        "Create a session (200 with the existing one for a repeated creation_id)",
-        {201: SessionOut, 200: SessionOut},
+        "Create a session (200 with the existing one for a repeated creation_id); with dry_run=true, "
+        "admit it the same way and answer where it would be placed now, writing nothing",
+        {201: SessionOut, 200: (SessionOut, DryRunResponse), 429: None},
         request=SessionCreateRequest,
+        params=(
+            Param(
+                "dry_run",
+                "query",
+                "validate and compute a placement against the current cluster; write nothing",
+                {"type": "boolean"},
+            ),
+        ),
     ),
     Route(
         "GET",

@@ -48,3 +48,19 @@ class NotFound(ControllerError):
     status = 404
     slug = "not-found"
     title = "Not found"
+
+
+class QuotaExceeded(ControllerError):
+    """The request alone is more than a defined quota allows: it could never be placed."""
+
+    status = 422
+    slug = "quota-exceeded"
+    title = "Quota exceeded"
+
+
+class TooManyPending(ControllerError):
+    """The owner already has as many PENDING sessions as its policy allows: try again later."""
+
+    status = 429
+    slug = "too-many-pending-sessions"
+    title = "Too many pending sessions"

@@ -1,10 +1,11 @@
 """SchedulingController: the API's way to enqueue and terminate sessions.
 
 Creation validates everything that can be known without placing (fields, scaling group, image,
-total capacity, dependencies) and then writes the session, its kernels, its dependencies and an
-audit row in ONE transaction; a refused request writes nothing. Termination goes through the
-guarded `apply_session_transitions`, like every other status change. Both hint the schedule
-coordinator after commit.
+total capacity, quotas, the pending limit, dependencies: see `admission`) and then writes the
+session, its kernels, its dependencies and an audit row in ONE transaction; a refused request
+writes nothing. Termination goes through the guarded `apply_session_transitions`, like every other
+status change. Both hint the schedule coordinator after commit. A dry run admits like a create and
+computes a placement, writing nothing.
 """
 
 from __future__ import annotations
@@ -25,14 +26,15 @@ from sokovan.common.types import (
     SchedulingResult,
     SessionStatus,
 )
-from sokovan.db.models import Agent, AuditLog, Kernel, ScalingGroup, Session, SessionDependency
+from sokovan.db.models import AuditLog, Kernel, Session, SessionDependency
 from sokovan.manager.context import SCHEDULE, ManagerContext
-from sokovan.manager.controller.errors import NotFound, UnknownReference, Unsatisfiable
-from sokovan.manager.controller.feasibility import AgentCapacity, never_fits
+from sokovan.manager.controller.admission import admit
+from sokovan.manager.controller.errors import NotFound
 from sokovan.manager.controller.session_spec import SessionCreateRequest
 from sokovan.manager.repositories.sessions_read import visible
-from sokovan.manager.repositories.tenancy import Principal
+from sokovan.manager.repositories.tenancy import Principal, owner_limits
 from sokovan.manager.repositories.transitions import SessionTransition, apply_session_transitions
+from sokovan.orchestrator.provisioner.dry_run import DryRunRequest, DryRunResult, dry_run
 
 log = structlog.get_logger(__name__)
 
@@ -66,12 +68,13 @@ class SchedulingController:
         per_kernel = spec.per_kernel_slots()
         try:
             async with self._ctx.engine.begin() as conn:
+                # Holding the owner's keypair row serialises its creations: limits count each once.
+                limits = await owner_limits(conn, principal, lock=True)
                 if spec.creation_id is not None:
                     existing = await self._by_creation_id(conn, principal, spec.creation_id)
                     if existing is not None:
                         return CreateOutcome(existing, created=False)
-                await self._check_placeable(conn, spec, per_kernel)
-                depends_on = await self._check_dependencies(conn, principal, spec.depends_on)
+                depends_on = await admit(conn, principal, spec, per_kernel, limits)
                 session_id = await self._insert(conn, principal, spec, per_kernel, depends_on)
         except IntegrityError:
             # Two requests with one creation_id raced: the unique constraint let one of them in.
@@ -85,6 +88,37 @@ class SchedulingController:
         await self._hint()
         return CreateOutcome(session_id, created=True)
 
+    async def dry_run(self, principal: Principal, spec: SessionCreateRequest) -> DryRunResult:
+        """The same admission as `create_session`, then a placement over the current cluster.
+
+        Runs in a transaction that is always rolled back: nothing is written, nothing hinted.
+        """
+        per_kernel = spec.per_kernel_slots()
+        async with self._ctx.engine.connect() as conn:
+            try:
+                limits = await owner_limits(conn, principal)
+                depends_on = await admit(conn, principal, spec, per_kernel, limits)
+                return await dry_run(
+                    conn,
+                    DryRunRequest(
+                        access_key=principal.access_key,
+                        user_id=principal.user_id,
+                        project_id=principal.project_id,
+                        domain_name=principal.domain_name,
+                        scaling_group=spec.scaling_group,
+                        type=spec.type.value,
+                        image=spec.image,
+                        resources=per_kernel,
+                        command=spec.command,
+                        cluster_size=spec.cluster_size,
+                        cluster_mode=spec.cluster_mode.value,
+                        priority=spec.priority,
+                        depends_on=tuple(depends_on),
+                    ),
+                )
+            finally:
+                await conn.rollback()
+
     async def _by_creation_id(
         self, conn: AsyncConnection, principal: Principal, creation_id: str
     ) -> uuid.UUID | None:
@@ -96,58 +130,6 @@ class SchedulingController:
             )
         ).scalar_one_or_none()
         return found
-
-    async def _check_placeable(
-        self, conn: AsyncConnection, spec: SessionCreateRequest, per_kernel: ResourceSlots
-    ) -> None:
-        sg = (
-            await conn.execute(
-                select(ScalingGroup.allowed_session_types).where(ScalingGroup.name == spec.scaling_group)
-            )
-        ).first()
-        if sg is None:
-            raise UnknownReference(f"scaling group {spec.scaling_group!r} does not exist")
-        if spec.type.value not in (sg.allowed_session_types or []):
-            raise Unsatisfiable(
-                f"scaling group {spec.scaling_group!r} does not allow {spec.type.value} sessions "
-                f"(allowed: {', '.join(sg.allowed_session_types or []) or 'none'})"
-            )
-        rows = await conn.execute(
-            select(Agent.id, Agent.available_slots, Agent.images).where(
-                Agent.scaling_group == spec.scaling_group
-            )
-        )
-        agents = [
-            AgentCapacity(r.id, ResourceSlots.from_json(r.available_slots), frozenset(r.images or []))
-            for r in rows
-        ]
-        offering = [a for a in agents if spec.image in a.images]
-        if not offering:
-            raise UnknownReference(
-                f"unknown image {spec.image!r}: no agent of scaling group {spec.scaling_group!r} offers it"
-            )
-        reason = never_fits(per_kernel, spec.cluster_size, spec.cluster_mode, offering)
-        if reason is not None:
-            raise Unsatisfiable(
-                f"no agent of scaling group {spec.scaling_group!r} offering {spec.image!r} "
-                f"could ever hold this session: {reason}"
-            )
-
-    async def _check_dependencies(
-        self, conn: AsyncConnection, principal: Principal, depends_on: list[uuid.UUID]
-    ) -> list[uuid.UUID]:
-        wanted = list(dict.fromkeys(depends_on))
-        if not wanted:
-            return []
-        found = set(
-            (
-                await conn.execute(select(Session.id).where(Session.id.in_(wanted), visible(principal)))
-            ).scalars()
-        )
-        missing = [str(d) for d in wanted if d not in found]
-        if missing:
-            raise UnknownReference(f"depends_on names sessions that do not exist: {', '.join(missing)}")
-        return wanted
 
     async def _insert(
         self,

@@ -10,12 +10,15 @@ import secrets
 import string
 import uuid
 from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from sokovan.common.types import Role
+from sokovan.common.slots import ResourceSlots
+from sokovan.common.types import Role, SessionStatus
 from sokovan.db.models import (
     AuditLog,
     Domain,
@@ -23,8 +26,10 @@ from sokovan.db.models import (
     KeypairResourcePolicy,
     Project,
     ScalingGroup,
+    Session,
     User,
 )
+from sokovan.orchestrator.provisioner.snapshot import Quota
 
 DEFAULT_DOMAIN = "default"
 DEFAULT_PROJECT = "default"
@@ -182,3 +187,92 @@ async def bootstrap(engine: AsyncEngine) -> tuple[str, str]:
             role=Role.ADMIN,
             actor="bootstrap",
         )
+
+
+# -- the limits a new session of an owner must respect -----------------------------------------
+
+
+@dataclass(frozen=True)
+class OwnerLimits:
+    """What the caller's keypair policy, project and domain allow; None: no such limit."""
+
+    policy_name: str | None
+    policy_quota: Quota | None
+    project_quota: Quota | None
+    domain_quota: Quota | None
+    max_concurrent_sessions: int | None
+    max_pending_sessions: int | None
+
+    @property
+    def quotas(self) -> list[Quota]:
+        return [q for q in (self.policy_quota, self.project_quota, self.domain_quota) if q is not None]
+
+
+def quota_of(scope: str, raw: dict[str, Any] | None, default_for_unspecified: str) -> Quota | None:
+    """A scope's `total_resource_slots` as a Quota; None when it has none (unlimited)."""
+    if raw is None:
+        return None
+    slots = ResourceSlots({k: Decimal(v) for k, v in raw.items() if v is not None})
+    return Quota(scope, slots, unlimited_unspecified=default_for_unspecified == "unlimited")
+
+
+async def owner_limits(conn: AsyncConnection, principal: Principal, *, lock: bool = False) -> OwnerLimits:
+    """The limits of `principal`'s keypair policy, project and domain.
+
+    `lock` holds the keypair row (FOR NO KEY UPDATE) until the caller's transaction ends, so that
+    concurrent creations by one owner are counted against its limits one after the other.
+    """
+    query = (
+        select(
+            Keypair.resource_policy,
+            KeypairResourcePolicy.total_resource_slots,
+            KeypairResourcePolicy.default_for_unspecified,
+            KeypairResourcePolicy.max_concurrent_sessions,
+            KeypairResourcePolicy.max_pending_sessions,
+        )
+        .outerjoin(KeypairResourcePolicy, KeypairResourcePolicy.name == Keypair.resource_policy)
+        .where(Keypair.access_key == principal.access_key)
+    )
+    if lock:
+        query = query.with_for_update(of=Keypair, key_share=True)
+    kp = (await conn.execute(query)).one()
+    project = (
+        await conn.execute(
+            select(Project.name, Project.total_resource_slots, Project.default_for_unspecified).where(
+                Project.id == principal.project_id
+            )
+        )
+    ).one()
+    domain = (
+        await conn.execute(
+            select(Domain.total_resource_slots, Domain.default_for_unspecified).where(
+                Domain.name == principal.domain_name
+            )
+        )
+    ).one()
+    policy_quota = None
+    if kp.resource_policy is not None:
+        policy_quota = quota_of(
+            f"keypair policy {kp.resource_policy!r}", kp.total_resource_slots, kp.default_for_unspecified
+        )
+    return OwnerLimits(
+        policy_name=kp.resource_policy,
+        policy_quota=policy_quota,
+        project_quota=quota_of(
+            f"project {project.name!r}", project.total_resource_slots, project.default_for_unspecified
+        ),
+        domain_quota=quota_of(
+            f"domain {principal.domain_name!r}", domain.total_resource_slots, domain.default_for_unspecified
+        ),
+        max_concurrent_sessions=kp.max_concurrent_sessions,
+        max_pending_sessions=kp.max_pending_sessions,
+    )
+
+
+async def count_pending(conn: AsyncConnection, access_key: str) -> int:
+    found = await conn.scalar(
+        select(func.count())
+        .select_from(Session)
+        .where(Session.access_key == access_key, Session.status == SessionStatus.PENDING.value)
+    )
+    return int(found or 0)

@@ -28,6 +28,7 @@ class DryRunRequest:
     type: str
     image: str
     resources: ResourceSlots
+    command: str | None = None
     cluster_size: int = 1
     cluster_mode: str = "single-node"
     priority: int = 10
@@ -68,7 +69,7 @@ async def dry_run(conn: AsyncConnection, req: DryRunRequest) -> DryRunResult:
         pending_timeout=0,
         type=req.type,
         image=req.image,
-        command=None,
+        command=req.command,
         environ={},
         resources=req.resources,
         cluster_size=req.cluster_size,
@@ -90,4 +91,7 @@ async def dry_run(conn: AsyncConnection, req: DryRunRequest) -> DryRunResult:
     if plan.placements:
         placement = plan.placements[0]
         return DryRunResult(True, [placement.kernels[k.id] for k in kernels], None)
+    if session.id in plan.rejected:
+        cause, message = plan.rejected[session.id]
+        return DryRunResult(False, [], f"{message} ({cause})")
     return DryRunResult(False, [], plan.waiting.get(session.id, "waiting"))

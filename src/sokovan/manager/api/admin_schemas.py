@@ -1,0 +1,257 @@
+"""Pydantic models of the admin side of REST v2: resource policies, projects, domains, scaling
+groups and agents. The same classes validate requests, shape responses and make the OpenAPI
+document."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
+
+from sokovan.common.retry_policy import RetryPolicy
+from sokovan.common.slots import ResourceSlots
+from sokovan.common.types import AgentStatus, SessionType
+from sokovan.orchestrator.provisioner import registry
+
+DefaultForUnspecified = Literal["limited", "unlimited"]
+QueuePolicy = Literal["backfill", "block"]
+SlotName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")]
+SlotAmount = StrictInt | StrictFloat | StrictStr
+
+_SLOTS_DOC = (
+    "Slot name → amount (`mem` takes bytes or '8g'). Null or left out: no limit. A slot it does not "
+    "name counts as 0 unless default_for_unspecified is 'unlimited'; a slot given as null counts as "
+    "not named."
+)
+
+
+def _parse_limit_slots(value: dict[str, Any] | None) -> dict[str, str] | None:
+    """Slots of a quota as stored: decimal strings; a slot given as null is left out."""
+    if value is None:
+        return None
+    return ResourceSlots.parse({k: v for k, v in value.items() if v is not None}).to_json()
+
+
+class ResourcePolicyPut(BaseModel):
+    """Body of `PUT /v2/resource-policies/{name}`: the whole policy (fields left out take defaults).
+    A count left out or null is unlimited; 0 means zero."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    total_resource_slots: dict[str, SlotAmount | None] | None = Field(default=None, description=_SLOTS_DOC)
+    default_for_unspecified: DefaultForUnspecified = "limited"
+    max_concurrent_sessions: int | None = Field(default=None, ge=0)
+    max_pending_sessions: int | None = Field(default=None, ge=0)
+    max_session_lifetime: int | None = Field(default=None, ge=0, description="seconds")
+
+    @field_validator("total_resource_slots")
+    @classmethod
+    def _slots(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _parse_limit_slots(value)
+
+
+class ResourcePolicyOut(BaseModel):
+    name: str
+    total_resource_slots: dict[str, str] | None
+    default_for_unspecified: DefaultForUnspecified
+    max_concurrent_sessions: int | None
+    max_pending_sessions: int | None
+    max_session_lifetime: int | None
+    created_at: dt.datetime
+
+
+class TenantLimitsPut(BaseModel):
+    """Body of `PUT /v2/projects/{name}` and `PUT /v2/domains/{name}`. Fields left out keep their
+    value (or take the default when the project or domain is created); null clears."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    total_resource_slots: dict[str, SlotAmount | None] | None = Field(default=None, description=_SLOTS_DOC)
+    default_for_unspecified: DefaultForUnspecified = "limited"
+    retry_policy_default: RetryPolicy | None = None
+
+    @field_validator("total_resource_slots")
+    @classmethod
+    def _slots(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _parse_limit_slots(value)
+
+    def changes(self) -> dict[str, Any]:
+        """The columns this request sets: only the fields it names."""
+        values = {
+            "total_resource_slots": self.total_resource_slots,
+            "default_for_unspecified": self.default_for_unspecified,
+            "retry_policy_default": (
+                self.retry_policy_default.model_dump(mode="json") if self.retry_policy_default else None
+            ),
+        }
+        return {k: v for k, v in values.items() if k in self.model_fields_set}
+
+
+class DomainOut(BaseModel):
+    name: str
+    total_resource_slots: dict[str, str] | None
+    default_for_unspecified: DefaultForUnspecified
+    retry_policy_default: dict[str, Any] | None
+    created_at: dt.datetime
+
+
+class ProjectOut(DomainOut):
+    id: uuid.UUID
+    domain: str
+
+
+def _check_scheduler(value: str | None) -> str | None:
+    if value is not None and value not in registry.SEQUENCERS:
+        raise ValueError(f"unknown scheduler {value!r} (known: {', '.join(sorted(registry.SEQUENCERS))})")
+    return value
+
+
+def _check_selector(value: str | None) -> str | None:
+    if value is not None and value not in registry.SELECTORS:
+        known = ", ".join(sorted(registry.SELECTORS))
+        raise ValueError(f"unknown agent selection {value!r} (known: {known})")
+    return value
+
+
+def _unique(value: list[Any] | None) -> list[Any] | None:
+    if value is not None and len(set(value)) != len(value):
+        raise ValueError("names must not repeat")
+    return value
+
+
+class ScalingGroupPatch(BaseModel):
+    """Body of `PATCH /v2/scaling-groups/{name}`: only the fields given change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scheduler: str | None = Field(
+        default=None,
+        description="a registered sequencer: fifo, lifo, drf",
+        json_schema_extra={"example": "fifo"},
+    )
+    agent_selection: str | None = Field(
+        default=None,
+        description="a registered selector: concentrated, dispersed, roundrobin",
+        json_schema_extra={"example": "concentrated"},
+    )
+    pending_timeout: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description="seconds a session may wait in PENDING; 0 = forever",
+    )
+    allowed_session_types: list[SessionType] | None = Field(default=None, min_length=1)
+    queue_policy: QueuePolicy | None = None
+    resource_priority: list[SlotName] | None = Field(
+        default=None, min_length=1, description="slot names in the order selectors compare agents by"
+    )
+
+    @field_validator("scheduler")
+    @classmethod
+    def _known_scheduler(cls, value: str | None) -> str | None:
+        return _check_scheduler(value)
+
+    @field_validator("agent_selection")
+    @classmethod
+    def _known_selector(cls, value: str | None) -> str | None:
+        return _check_selector(value)
+
+    @field_validator("allowed_session_types", "resource_priority")
+    @classmethod
+    def _no_repeats(cls, value: list[Any] | None) -> list[Any] | None:
+        return _unique(value)
+
+    @model_validator(mode="after")
+    def _no_nulls(self) -> Self:
+        nulls = sorted(n for n in self.model_fields_set if getattr(self, n) is None)
+        if nulls:
+            raise ValueError(f"{', '.join(nulls)} may not be null (leave a field out to keep it)")
+        return self
+
+    def changes(self) -> dict[str, Any]:
+        """Column values for the fields this request names (a null one is refused upstream)."""
+        out: dict[str, Any] = {}
+        for name in sorted(self.model_fields_set):
+            value = getattr(self, name)
+            if name == "allowed_session_types":
+                value = [t.value for t in value]
+            out[name] = value
+        return out
+
+
+class ScalingGroupCreate(ScalingGroupPatch):
+    """Body of `POST /v2/scaling-groups`; fields left out take the defaults shown."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    scheduler: str = Field(default="fifo", description="a registered sequencer: fifo, lifo, drf")
+    agent_selection: str = Field(
+        default="concentrated", description="a registered selector: concentrated, dispersed, roundrobin"
+    )
+    pending_timeout: float = Field(
+        default=0, ge=0, allow_inf_nan=False, description="seconds a session may wait; 0 = forever"
+    )
+    allowed_session_types: list[SessionType] = Field(default_factory=lambda: list(SessionType), min_length=1)
+    queue_policy: QueuePolicy = "backfill"
+    resource_priority: list[SlotName] = Field(
+        default_factory=lambda: ["cuda.device", "cpu", "mem"], min_length=1
+    )
+
+    def values(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "scheduler": self.scheduler,
+            "agent_selection": self.agent_selection,
+            "pending_timeout": self.pending_timeout,
+            "allowed_session_types": [t.value for t in self.allowed_session_types],
+            "queue_policy": self.queue_policy,
+            "resource_priority": list(self.resource_priority),
+        }
+
+
+class ScalingGroupOut(BaseModel):
+    name: str
+    scheduler: str
+    agent_selection: str
+    pending_timeout: float
+    allowed_session_types: list[SessionType]
+    queue_policy: QueuePolicy
+    resource_priority: list[str]
+    created_at: dt.datetime
+
+
+class ScalingGroupList(BaseModel):
+    items: list[ScalingGroupOut]
+    next_cursor: str | None
+
+
+class AgentOut(BaseModel):
+    """An agent. Slots are decimal strings; `occupied_slots` and `running_kernels` are derived
+    from its placed kernels that have not ended."""
+
+    id: str
+    status: AgentStatus
+    scaling_group: str
+    available_slots: dict[str, str]
+    occupied_slots: dict[str, str]
+    last_heartbeat_at: dt.datetime | None
+    heartbeat_seq: int
+    running_kernels: int
+    schedulable: bool
+    images: list[str]
+    rpc_addr: str
+
+
+class AgentList(BaseModel):
+    items: list[AgentOut]
+    next_cursor: str | None

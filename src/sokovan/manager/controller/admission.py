@@ -1,0 +1,120 @@
+"""Admission: everything a create request (or its dry run) must pass before anything is written.
+
+Each check refuses with a `ControllerError` (4xx) a request that can never be satisfied (unknown
+scaling group or image, more than any agent could hold, more than a defined quota allows) or, for
+the pending limit, one that may not be queued right now. Waiting for room is not refused here: a
+session that fits in principle waits in PENDING.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from sokovan.common.slots import ResourceSlots
+from sokovan.db.models import Agent, ScalingGroup, Session
+from sokovan.manager.controller.errors import (
+    QuotaExceeded,
+    TooManyPending,
+    UnknownReference,
+    Unsatisfiable,
+)
+from sokovan.manager.controller.feasibility import AgentCapacity, never_fits
+from sokovan.manager.controller.session_spec import SessionCreateRequest
+from sokovan.manager.repositories.sessions_read import visible
+from sokovan.manager.repositories.tenancy import OwnerLimits, Principal, count_pending
+
+
+async def admit(
+    conn: AsyncConnection,
+    principal: Principal,
+    spec: SessionCreateRequest,
+    per_kernel: ResourceSlots,
+    limits: OwnerLimits,
+) -> list[uuid.UUID]:
+    """Run every check; returns the de-duplicated dependencies."""
+    await check_placeable(conn, spec, per_kernel)
+    violations = quota_violations(limits, per_kernel.scaled(spec.cluster_size))
+    if violations:
+        raise QuotaExceeded("; ".join(violations))
+    await check_pending_limit(conn, principal, limits)
+    return await check_dependencies(conn, principal, spec.depends_on)
+
+
+def quota_violations(limits: OwnerLimits, total: ResourceSlots) -> list[str]:
+    """One entry per scope whose defined limits the request alone exceeds, keypair policy first
+    (e.g. "keypair policy 'small': cpu 8 > 4"); empty when every scope could hold it."""
+    out = []
+    for quota in limits.quotas:
+        excess = quota.excess(ResourceSlots(), total)
+        if quota is limits.policy_quota and limits.max_concurrent_sessions == 0:
+            excess.append("max_concurrent_sessions 0")
+        if excess:
+            out.append(f"{quota.scope}: {', '.join(excess)}")
+    if limits.policy_quota is None and limits.max_concurrent_sessions == 0:
+        out.insert(0, f"keypair policy {limits.policy_name!r}: max_concurrent_sessions 0")
+    return out
+
+
+async def check_pending_limit(conn: AsyncConnection, principal: Principal, limits: OwnerLimits) -> None:
+    cap = limits.max_pending_sessions
+    if cap is None:
+        return
+    pending = await count_pending(conn, principal.access_key)
+    if pending >= cap:
+        raise TooManyPending(
+            f"{pending} session(s) of {principal.access_key} are PENDING; keypair policy "
+            f"{limits.policy_name!r} allows {cap}: wait for some to start or cancel them"
+        )
+
+
+async def check_placeable(
+    conn: AsyncConnection, spec: SessionCreateRequest, per_kernel: ResourceSlots
+) -> None:
+    sg = (
+        await conn.execute(
+            select(ScalingGroup.allowed_session_types).where(ScalingGroup.name == spec.scaling_group)
+        )
+    ).first()
+    if sg is None:
+        raise UnknownReference(f"scaling group {spec.scaling_group!r} does not exist")
+    if spec.type.value not in (sg.allowed_session_types or []):
+        raise Unsatisfiable(
+            f"scaling group {spec.scaling_group!r} does not allow {spec.type.value} sessions "
+            f"(allowed: {', '.join(sg.allowed_session_types or []) or 'none'})"
+        )
+    rows = await conn.execute(
+        select(Agent.id, Agent.available_slots, Agent.images).where(Agent.scaling_group == spec.scaling_group)
+    )
+    agents = [
+        AgentCapacity(r.id, ResourceSlots.from_json(r.available_slots), frozenset(r.images or []))
+        for r in rows
+    ]
+    offering = [a for a in agents if spec.image in a.images]
+    if not offering:
+        raise UnknownReference(
+            f"unknown image {spec.image!r}: no agent of scaling group {spec.scaling_group!r} offers it"
+        )
+    reason = never_fits(per_kernel, spec.cluster_size, spec.cluster_mode, offering)
+    if reason is not None:
+        raise Unsatisfiable(
+            f"no agent of scaling group {spec.scaling_group!r} offering {spec.image!r} "
+            f"could ever hold this session: {reason}"
+        )
+
+
+async def check_dependencies(
+    conn: AsyncConnection, principal: Principal, depends_on: list[uuid.UUID]
+) -> list[uuid.UUID]:
+    wanted = list(dict.fromkeys(depends_on))
+    if not wanted:
+        return []
+    found = set(
+        (await conn.execute(select(Session.id).where(Session.id.in_(wanted), visible(principal)))).scalars()
+    )
+    missing = [str(d) for d in wanted if d not in found]
+    if missing:
+        raise UnknownReference(f"depends_on names sessions that do not exist: {', '.join(missing)}")
+    return wanted
