@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.slots import ResourceSlots
@@ -85,14 +85,16 @@ async def check_placeable(
             f"scaling group {spec.scaling_group!r} does not allow {spec.type.value} sessions "
             f"(allowed: {', '.join(sg.allowed_session_types or []) or 'none'})"
         )
+    # Agents of one capacity are one row: a homogeneous fleet of any size costs one row here.
     rows = await conn.execute(
-        select(Agent.id, Agent.available_slots, Agent.images).where(Agent.scaling_group == spec.scaling_group)
+        select(Agent.available_slots, func.count())
+        .where(Agent.scaling_group == spec.scaling_group, Agent.images.contains([spec.image]))
+        .group_by(Agent.available_slots)
     )
-    agents = [
-        AgentCapacity(r.id, ResourceSlots.from_json(r.available_slots), frozenset(r.images or []))
-        for r in rows
+    offering = [
+        AgentCapacity(f"{n} agent(s)", ResourceSlots.from_json(slots), frozenset({spec.image}), count=int(n))
+        for slots, n in rows
     ]
-    offering = [a for a in agents if spec.image in a.images]
     if not offering:
         raise UnknownReference(
             f"unknown image {spec.image!r}: no agent of scaling group {spec.scaling_group!r} offers it"

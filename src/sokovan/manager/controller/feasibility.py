@@ -16,9 +16,12 @@ from sokovan.common.types import ClusterMode
 
 @dataclass(frozen=True)
 class AgentCapacity:
+    """One agent's total capacity, or `count` agents' that share the same one."""
+
     agent_id: str
     available: ResourceSlots
     images: frozenset[str]
+    count: int = 1
 
 
 def _fmt(slots: ResourceSlots) -> str:
@@ -50,7 +53,7 @@ def never_fits(
             return None
         reasons = _short_slots(need, agents) or [f"no single agent has all of {_fmt(need)} at once"]
         return f"single-node, {cluster_size} kernel(s) on one agent: " + "; ".join(reasons)
-    fitting = sum(1 for a in agents if per_kernel.fits_in(a.available))
+    fitting = sum(a.count for a in agents if per_kernel.fits_in(a.available))
     if fitting >= cluster_size:
         return None
     head = f"multi-node needs {cluster_size} agents that each fit {_fmt(per_kernel)}, only {fitting} do"
