@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import time
+
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
@@ -13,6 +16,36 @@ CTX_KEY = web.AppKey("ctx", ManagerContext)
 PUBLIC_PATHS = frozenset({"/healthz", "/metrics", "/v2/openapi.json"})
 _PRINCIPAL = web.RequestKey("principal", Principal)
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="sokovan"'}
+
+
+class _PrincipalCache:
+    """Valid tokens seen in the last `ttl` seconds, so a busy client costs no lookup per request.
+
+    Only successes are kept (an unknown token is looked up every time), keyed by the token's
+    hash; a keypair deactivated in the database stops working within `ttl` seconds."""
+
+    def __init__(self, ttl: float = 10.0, size: int = 10_000) -> None:
+        self._ttl = ttl
+        self._size = size
+        self._items: dict[str, tuple[float, Principal]] = {}
+
+    @staticmethod
+    def _key(token: str) -> str:
+        return hashlib.sha256(token.encode()).hexdigest()
+
+    def get(self, token: str) -> Principal | None:
+        hit = self._items.get(self._key(token))
+        if hit is None or hit[0] < time.monotonic():
+            return None
+        return hit[1]
+
+    def put(self, token: str, principal: Principal) -> None:
+        if len(self._items) >= self._size:
+            self._items.clear()
+        self._items[self._key(token)] = (time.monotonic() + self._ttl, principal)
+
+
+_CACHE = _PrincipalCache()
 
 
 def principal_of(request: web.Request) -> Principal:
@@ -40,8 +73,12 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         raise Problem(
             401, "Unauthorized", "missing bearer token (Authorization: Bearer <token>)", headers=_CHALLENGE
         )
-    async with request.app[CTX_KEY].engine.connect() as conn:
-        principal = await resolve_token(conn, token.strip())
+    principal = _CACHE.get(token.strip())
+    if principal is None:
+        async with request.app[CTX_KEY].engine.connect() as conn:
+            principal = await resolve_token(conn, token.strip())
+        if principal is not None:
+            _CACHE.put(token.strip(), principal)
     if principal is None:
         raise Problem(401, "Unauthorized", "invalid or inactive token", headers=_CHALLENGE)
     request[_PRINCIPAL] = principal

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import func, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.orm import aliased
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import Role, SessionStatus
@@ -217,55 +218,52 @@ def quota_of(scope: str, raw: dict[str, Any] | None, default_for_unspecified: st
 
 
 async def owner_limits(conn: AsyncConnection, principal: Principal, *, lock: bool = False) -> OwnerLimits:
-    """The limits of `principal`'s keypair policy, project and domain.
+    """The limits of `principal`'s keypair policy, project and domain, in one statement.
 
-    `lock` holds the keypair row (FOR NO KEY UPDATE) until the caller's transaction ends, so that
-    concurrent creations by one owner are counted against its limits one after the other.
+    `lock` holds the keypair row (FOR NO KEY UPDATE) until the caller's transaction ends when the
+    policy limits pending sessions, so that concurrent creations by one owner are counted against
+    that limit one after the other. Without such a limit there is nothing to race for, and
+    creations by one owner run in parallel.
     """
-    query = (
-        select(
-            Keypair.resource_policy,
-            KeypairResourcePolicy.total_resource_slots,
-            KeypairResourcePolicy.default_for_unspecified,
-            KeypairResourcePolicy.max_concurrent_sessions,
-            KeypairResourcePolicy.max_pending_sessions,
-        )
-        .outerjoin(KeypairResourcePolicy, KeypairResourcePolicy.name == Keypair.resource_policy)
-        .where(Keypair.access_key == principal.access_key)
-    )
-    if lock:
-        query = query.with_for_update(of=Keypair, key_share=True)
-    kp = (await conn.execute(query)).one()
-    project = (
+    project, domain = aliased(Project), aliased(Domain)
+    row = (
         await conn.execute(
-            select(Project.name, Project.total_resource_slots, Project.default_for_unspecified).where(
-                Project.id == principal.project_id
+            select(
+                Keypair.resource_policy,
+                KeypairResourcePolicy.total_resource_slots,
+                KeypairResourcePolicy.default_for_unspecified,
+                KeypairResourcePolicy.max_concurrent_sessions,
+                KeypairResourcePolicy.max_pending_sessions,
+                project.name.label("project_name"),
+                project.total_resource_slots.label("project_slots"),
+                project.default_for_unspecified.label("project_default"),
+                domain.total_resource_slots.label("domain_slots"),
+                domain.default_for_unspecified.label("domain_default"),
             )
+            .outerjoin(KeypairResourcePolicy, KeypairResourcePolicy.name == Keypair.resource_policy)
+            .join(project, project.id == principal.project_id)
+            .join(domain, domain.name == principal.domain_name)
+            .where(Keypair.access_key == principal.access_key)
         )
     ).one()
-    domain = (
+    if lock and row.max_pending_sessions is not None:
         await conn.execute(
-            select(Domain.total_resource_slots, Domain.default_for_unspecified).where(
-                Domain.name == principal.domain_name
-            )
+            select(Keypair.access_key)
+            .where(Keypair.access_key == principal.access_key)
+            .with_for_update(key_share=True)
         )
-    ).one()
     policy_quota = None
-    if kp.resource_policy is not None:
+    if row.resource_policy is not None:
         policy_quota = quota_of(
-            f"keypair policy {kp.resource_policy!r}", kp.total_resource_slots, kp.default_for_unspecified
+            f"keypair policy {row.resource_policy!r}", row.total_resource_slots, row.default_for_unspecified
         )
     return OwnerLimits(
-        policy_name=kp.resource_policy,
+        policy_name=row.resource_policy,
         policy_quota=policy_quota,
-        project_quota=quota_of(
-            f"project {project.name!r}", project.total_resource_slots, project.default_for_unspecified
-        ),
-        domain_quota=quota_of(
-            f"domain {principal.domain_name!r}", domain.total_resource_slots, domain.default_for_unspecified
-        ),
-        max_concurrent_sessions=kp.max_concurrent_sessions,
-        max_pending_sessions=kp.max_pending_sessions,
+        project_quota=quota_of(f"project {row.project_name!r}", row.project_slots, row.project_default),
+        domain_quota=quota_of(f"domain {principal.domain_name!r}", row.domain_slots, row.domain_default),
+        max_concurrent_sessions=row.max_concurrent_sessions,
+        max_pending_sessions=row.max_pending_sessions,
     )
 
 
