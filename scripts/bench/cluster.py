@@ -13,9 +13,11 @@ import sys
 import time
 from pathlib import Path
 
+import redis.asyncio as aioredis
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from sokovan.bus.hints import HintPublisher
 from sokovan.db import migrate
 from sokovan.db.models import Agent
 from sokovan.manager.repositories.tenancy import bootstrap
@@ -110,6 +112,12 @@ class BenchCluster:
         assert self.engine is not None
         async with self.engine.connect() as conn:
             return int(await conn.scalar(select(func.count()).select_from(Agent)) or 0)
+
+    async def hint(self) -> None:
+        """Wake the manager's schedule loop at once (what a create or an agent event does)."""
+        client = aioredis.Redis.from_url(self.env.get("SOKOVAN_REDIS_URL", "redis://127.0.0.1:6379/0"))
+        await HintPublisher(client, self.env["SOKOVAN_ETCD_PREFIX"]).hint("schedule")
+        await client.aclose()
 
     async def stop(self) -> None:
         for p in self.procs:

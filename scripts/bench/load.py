@@ -95,8 +95,18 @@ async def wait_until(engine: AsyncEngine, ids: list[str], statuses: tuple[str, .
         await asyncio.sleep(0.25)
 
 
-async def milestones(engine: AsyncEngine, ids: list[str]) -> dict[str, Any]:
-    """From the scheduling history: when each session was created, SCHEDULED and RUNNING."""
+async def hold_agents(engine: AsyncEngine, held: bool) -> float:
+    """Make every agent (un)schedulable; returns the time (epoch seconds) of the change."""
+    async with engine.begin() as conn:
+        await conn.execute(text("UPDATE agents SET schedulable = :s"), {"s": not held})
+        now = await conn.scalar(text("SELECT extract(epoch FROM clock_timestamp())"))
+    return float(now)
+
+
+async def milestones(engine: AsyncEngine, ids: list[str], since: float | None = None) -> dict[str, Any]:
+    """From the scheduling history: when each session was created, SCHEDULED and RUNNING.
+
+    Rates count from `since` (e.g. when a held queue was released), else from the first create."""
     async with engine.connect() as conn:
         rows = (
             await conn.execute(
@@ -118,12 +128,12 @@ async def milestones(engine: AsyncEngine, ids: list[str]) -> dict[str, Any]:
     scheduled = [float(r.scheduled) for r in rows if r.scheduled is not None]
     running = [float(r.running) for r in rows if r.running is not None]
     to_running = [float(r.running) - float(r.created) for r in rows if r.running is not None]
-    first = min(created)
+    first = since if since is not None else min(created)
     return {
         "count": len(rows),
         "placed_per_s": len(scheduled) / max(1e-9, max(scheduled) - first),
         "running_per_s": len(running) / max(1e-9, max(running) - first),
-        "all_running_after_first_create_s": max(running) - first,
+        "all_running_after_s": max(running) - first,
         "create_to_running_p50_ms": statistics.median(to_running) * 1000,
         "create_to_running_p99_ms": pct(to_running, 0.99) * 1000,
     }
