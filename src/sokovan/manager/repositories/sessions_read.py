@@ -15,8 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, or_, select, text, true
+from sqlalchemy import ColumnElement, Select, and_, exists, func, or_, select, text, true
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.orm import aliased
 
 from sokovan.db.models import Agent, Kernel, Session, SessionDependency, SessionSchedulingHistory, User
 from sokovan.manager.repositories.tenancy import Principal
@@ -63,10 +65,53 @@ def _iso(value: dt.datetime | None) -> str | None:
     return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z") if value else None
 
 
+def _correlated_json(expr: Any) -> Any:
+    return expr.correlate(Session).scalar_subquery()
+
+
+# Kernels, dependencies and "is part of a retry chain" come back with the session row itself, so
+# a session read is one statement; only sessions in a chain need the chain queries.
+_KERNELS_JSON = _correlated_json(
+    select(
+        func.coalesce(
+            func.json_agg(
+                aggregate_order_by(
+                    func.json_build_object(
+                        "id",
+                        Kernel.id,
+                        "status",
+                        Kernel.status,
+                        "agent_id",
+                        Kernel.agent_id,
+                        "exit_code",
+                        Kernel.exit_code,
+                        "cluster_role",
+                        Kernel.cluster_role,
+                    ),
+                    Kernel.cluster_idx,
+                )
+            ),
+            text("'[]'::json"),
+        )
+    ).where(Kernel.session_id == Session.id)
+).label("kernels_json")
+_DEPS_JSON = _correlated_json(
+    select(func.coalesce(func.json_agg(SessionDependency.depends_on), text("'[]'::json"))).where(
+        SessionDependency.session_id == Session.id
+    )
+).label("deps_json")
+_CHILD = aliased(Session)
+_IN_CHAIN = or_(
+    Session.parent_session_id.is_not(None),
+    exists().where(_CHILD.parent_session_id == Session.id),
+).label("in_chain")
+_SESSION_QUERY: Select[Any] = select(
+    *Session.__table__.c, User.name.label("owner"), _KERNELS_JSON, _DEPS_JSON, _IN_CHAIN
+).join(User, User.id == Session.user_id)
+
+
 def _session_query() -> Select[Any]:
-    cols = [*Session.__table__.c, User.name.label("owner")]
-    query: Select[Any] = select(*cols).join(User, User.id == Session.user_id)
-    return query
+    return _SESSION_QUERY
 
 
 async def get_session(
@@ -112,30 +157,8 @@ async def _views(conn: AsyncConnection, rows: Sequence[Any]) -> list[dict[str, A
     ids = [r.id for r in rows]
     if not ids:
         return []
-    kernels: dict[uuid.UUID, list[dict[str, Any]]] = defaultdict(list)
-    for kern in await conn.execute(
-        select(*Kernel.__table__.c)
-        .where(Kernel.session_id.in_(ids))
-        .order_by(Kernel.session_id, Kernel.cluster_idx)
-    ):
-        kernels[kern.session_id].append(
-            {
-                "id": str(kern.id),
-                "status": kern.status,
-                "agent_id": kern.agent_id,
-                "exit_code": kern.exit_code,
-                "cluster_role": kern.cluster_role,
-            }
-        )
-    deps: dict[uuid.UUID, list[str]] = defaultdict(list)
-    dep_rows = await conn.execute(
-        select(SessionDependency.session_id, SessionDependency.depends_on).where(
-            SessionDependency.session_id.in_(ids)
-        )
-    )
-    for d in dep_rows:
-        deps[d.session_id].append(str(d.depends_on))
-    chains, children = await _retry_chains(conn, ids)
+    chained = [r.id for r in rows if r.in_chain]
+    chains, children = await _retry_chains(conn, chained) if chained else ({}, {})
     out = []
     for s in rows:
         out.append(
@@ -156,8 +179,8 @@ async def _views(conn: AsyncConnection, rows: Sequence[Any]) -> list[dict[str, A
                 "scaling_group": s.scaling_group,
                 "priority": s.priority,
                 "environ": s.environ or {},
-                "depends_on": sorted(deps.get(s.id, [])),
-                "kernels": kernels.get(s.id, []),
+                "depends_on": sorted(str(d) for d in s.deps_json),
+                "kernels": [{**k, "id": str(k["id"])} for k in s.kernels_json],
                 "created_at": _iso(s.created_at),
                 "status_changed_at": _iso(s.status_changed_at),
                 "terminated_at": _iso(s.terminated_at),

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.orm import aliased
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import Role, SessionStatus
@@ -217,6 +216,32 @@ def quota_of(scope: str, raw: dict[str, Any] | None, default_for_unspecified: st
     return Quota(scope, slots, unlimited_unspecified=default_for_unspecified == "unlimited")
 
 
+# Built once: this runs on every create, and building a statement costs more than running it.
+_OWNER_LIMITS = (
+    select(
+        Keypair.resource_policy,
+        KeypairResourcePolicy.total_resource_slots,
+        KeypairResourcePolicy.default_for_unspecified,
+        KeypairResourcePolicy.max_concurrent_sessions,
+        KeypairResourcePolicy.max_pending_sessions,
+        Project.name.label("project_name"),
+        Project.total_resource_slots.label("project_slots"),
+        Project.default_for_unspecified.label("project_default"),
+        Domain.total_resource_slots.label("domain_slots"),
+        Domain.default_for_unspecified.label("domain_default"),
+    )
+    .outerjoin(KeypairResourcePolicy, KeypairResourcePolicy.name == Keypair.resource_policy)
+    .join(Project, Project.id == bindparam("project_id"))
+    .join(Domain, Domain.name == bindparam("domain_name"))
+    .where(Keypair.access_key == bindparam("access_key"))
+)
+_LOCK_KEYPAIR = (
+    select(Keypair.access_key)
+    .where(Keypair.access_key == bindparam("access_key"))
+    .with_for_update(key_share=True)
+)
+
+
 async def owner_limits(conn: AsyncConnection, principal: Principal, *, lock: bool = False) -> OwnerLimits:
     """The limits of `principal`'s keypair policy, project and domain, in one statement.
 
@@ -225,33 +250,14 @@ async def owner_limits(conn: AsyncConnection, principal: Principal, *, lock: boo
     that limit one after the other. Without such a limit there is nothing to race for, and
     creations by one owner run in parallel.
     """
-    project, domain = aliased(Project), aliased(Domain)
-    row = (
-        await conn.execute(
-            select(
-                Keypair.resource_policy,
-                KeypairResourcePolicy.total_resource_slots,
-                KeypairResourcePolicy.default_for_unspecified,
-                KeypairResourcePolicy.max_concurrent_sessions,
-                KeypairResourcePolicy.max_pending_sessions,
-                project.name.label("project_name"),
-                project.total_resource_slots.label("project_slots"),
-                project.default_for_unspecified.label("project_default"),
-                domain.total_resource_slots.label("domain_slots"),
-                domain.default_for_unspecified.label("domain_default"),
-            )
-            .outerjoin(KeypairResourcePolicy, KeypairResourcePolicy.name == Keypair.resource_policy)
-            .join(project, project.id == principal.project_id)
-            .join(domain, domain.name == principal.domain_name)
-            .where(Keypair.access_key == principal.access_key)
-        )
-    ).one()
+    params = {
+        "access_key": principal.access_key,
+        "project_id": principal.project_id,
+        "domain_name": principal.domain_name,
+    }
+    row = (await conn.execute(_OWNER_LIMITS, params)).one()
     if lock and row.max_pending_sessions is not None:
-        await conn.execute(
-            select(Keypair.access_key)
-            .where(Keypair.access_key == principal.access_key)
-            .with_for_update(key_share=True)
-        )
+        await conn.execute(_LOCK_KEYPAIR, {"access_key": principal.access_key})
     policy_quota = None
     if row.resource_policy is not None:
         policy_quota = quota_of(
