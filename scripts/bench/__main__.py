@@ -1,8 +1,9 @@
 """`make bench`: placement and start-up throughput of a real manager against a hollow fleet.
 
 Sizes come from the environment: BENCH_AGENTS (1000), BENCH_SESSIONS (10000), BENCH_CONCURRENCY
-(64), BENCH_STEADY_RATE (200), BENCH_STEADY_SECONDS (15), BENCH_CYCLE (1: also time single
-cycles). Prints one JSON document and writes it to .dev/bench/result.json.
+(64), BENCH_STEADY_RATE (200), BENCH_STEADY_SECONDS (15), BENCH_MANAGER_WORKERS (2: one manager
+process per core), BENCH_CYCLE (1: also time single cycles). Prints one JSON document and writes
+it to .dev/bench/result.json.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ async def main() -> dict[str, Any]:
         "sessions": sessions,
         "concurrency": concurrency,
     }
-    cluster = BenchCluster(agents, slots="cpu=16,mem=64g")
+    workers = env_int("BENCH_MANAGER_WORKERS", 2)
+    result["manager_workers"] = workers
+    cluster = BenchCluster(agents, slots="cpu=16,mem=64g", workers=workers)
     try:
         t0 = time.perf_counter()
         await cluster.start()

@@ -55,8 +55,9 @@ async def fresh_database(server_url: str, name: str) -> str:
 
 
 class BenchCluster:
-    def __init__(self, agents: int, slots: str) -> None:
+    def __init__(self, agents: int, slots: str, workers: int = 2) -> None:
         self.agents = agents
+        self.workers = workers
         self.slots = slots
         base = service_env()
         run = secrets.token_hex(4)
@@ -81,7 +82,7 @@ class BenchCluster:
         self.env["SOKOVAN_DB_URL"] = url
         self.engine = create_async_engine(url, pool_size=4)
         _, self.token = await bootstrap(self.engine)
-        self._spawn("manager", ["manager"])
+        self._spawn("manager", ["manager", "--workers", str(self.workers)])
         self._spawn(
             "fleet",
             [

@@ -10,7 +10,15 @@ from sokovan.common.logging import setup_logging
 
 @click.command()
 @config_option
-def manager(config: str | None) -> None:
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Manager processes sharing the API port (each a whole manager; use about one per core).",
+)
+@click.option("--reuse-port", is_flag=True, hidden=True, help="Bind the API port with SO_REUSEPORT.")
+def manager(config: str | None, workers: int, reuse_port: bool) -> None:
     """Run the manager: REST v2 API + SokovanOrchestrator."""
     settings = load_or_exit(config)
     if not settings.cluster_secret:
@@ -20,4 +28,4 @@ def manager(config: str | None) -> None:
     setup_logging()
     from sokovan.manager.daemon import serve
 
-    serve(settings)
+    serve(settings, workers=workers, reuse_port=reuse_port)

@@ -7,6 +7,8 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
+import sys
 
 import aetcd
 import redis.asyncio as aioredis
@@ -27,7 +29,9 @@ from sokovan.orchestrator.orchestrator import SokovanOrchestrator
 log = structlog.get_logger(__name__)
 
 
-async def run_manager(settings: Settings, stop: asyncio.Event | None = None) -> None:
+async def run_manager(
+    settings: Settings, stop: asyncio.Event | None = None, *, reuse_port: bool = False
+) -> None:
     if not settings.cluster_secret:
         raise RuntimeError("SOKOVAN_CLUSTER_SECRET is not set")
     stop = stop or asyncio.Event()
@@ -50,7 +54,7 @@ async def run_manager(settings: Settings, stop: asyncio.Event | None = None) -> 
     ctx = ManagerContext(settings=settings, engine=engine, redis=redis, etcd=etcd, hints=hints, rpc=rpc)
     runner = web.AppRunner(create_app(ctx), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, settings.api_host, settings.api_port)
+    site = web.TCPSite(runner, settings.api_host, settings.api_port, reuse_port=reuse_port or None)
     await site.start()
     log.info("manager.started", api=f"http://{settings.api_bind}")
     tasks = [
@@ -78,12 +82,34 @@ async def run_manager(settings: Settings, stop: asyncio.Event | None = None) -> 
         log.info("manager.stopped")
 
 
-def serve(settings: Settings) -> None:
+def serve(settings: Settings, workers: int = 1, reuse_port: bool = False) -> None:
+    """Run the manager; with `workers > 1`, as that many processes sharing the API port.
+
+    Every worker is a whole manager (API, orchestrator, event consumer): the coordinator lanes are
+    guarded by cluster-wide locks, events are shared out by the consumer group and hints reach every
+    worker, so N workers behave as one manager that uses N cores.
+    """
+    children: list[subprocess.Popen[bytes]] = []
+    if workers > 1:
+        args = [sys.executable, "-m", "sokovan", "manager", "--workers", "1", "--reuse-port"]
+        children = [subprocess.Popen(args) for _ in range(workers - 1)]
+        reuse_port = True
+
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await run_manager(settings, stop)
+        await run_manager(settings, stop, reuse_port=reuse_port)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for child in children:
+            try:
+                child.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                child.kill()

@@ -19,12 +19,15 @@ class CoordinatorLoop:
         cycle: Callable[[], Awaitable[bool]],
         long_interval: Callable[[], float],
         debounce: Callable[[], float] = lambda: 0.005,
+        on_moved: Callable[[], None] | None = None,
     ) -> None:
-        """`cycle` returns True when it moved something (then it runs again at once)."""
+        """`cycle` returns True when it moved something; then `on_moved` runs (by default the
+        loop hints itself, so it runs again at once)."""
         self.name = name
         self._cycle = cycle
         self._long_interval = long_interval
         self._debounce = debounce
+        self._on_moved = on_moved or self.hint
         self._hint = asyncio.Event()
         self._lock = asyncio.Lock()
 
@@ -56,7 +59,7 @@ class CoordinatorLoop:
                 log.exception("coordinator.cycle_failed", coordinator=self.name, kind=kind)
                 return
         if moved:
-            self._hint.set()
+            self._on_moved()
 
 
 async def _wait_any(a: asyncio.Event, b: asyncio.Event | None, seconds: float | None) -> bool:

@@ -1,14 +1,14 @@
 """SokovanOrchestrator: owns the coordinators and their loops.
 
-The ScheduleCoordinator runs the session handlers in an order that lets one cycle carry a
-session as far as it can go: failures and terminations first (they free resources), then
-placement, preparation and start. Deployment and Route coordinators join as registrations
-on the same loop machinery when their issue lands.
+The ScheduleCoordinator runs the session handlers in four lanes (end, place, prepare, start)
+that cycle concurrently, each under its own cluster-wide lock. Deployment and Route
+coordinators join as registrations on the same loop machinery when their issue lands.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -28,37 +28,44 @@ from sokovan.orchestrator.schedule.handlers.promotion.promote_to_running import 
 from sokovan.orchestrator.schedule.handlers.promotion.promote_to_terminated import PromoteToTerminated
 
 
+def session_lanes(engine: AsyncEngine, rpc: AgentRPCClient) -> dict[str, list[Handler]]:
+    """The session handlers, grouped into lanes that run concurrently. Within a lane, the order
+    lets one cycle carry a session as far as it can go."""
+    return {
+        # Failures and terminations first: they free resources.
+        "end": [DetectStartupFailure(), DetectTermination(), TerminateSessions(rpc), PromoteToTerminated()],
+        "place": [ScheduleNewSessions(engine)],
+        "prepare": [PrepareSessions(rpc), PromoteToPrepared()],
+        "start": [StartSessions(rpc), PromoteToRunning()],
+    }
+
+
 def session_handlers(engine: AsyncEngine, rpc: AgentRPCClient) -> list[Handler]:
-    return [
-        DetectStartupFailure(),
-        DetectTermination(),
-        TerminateSessions(rpc),
-        PromoteToTerminated(),
-        ScheduleNewSessions(engine),
-        PrepareSessions(rpc),
-        PromoteToPrepared(),
-        StartSessions(rpc),
-        PromoteToRunning(),
-    ]
+    """All session handlers in one sequence (one lane), in lane order."""
+    return [h for lane in session_lanes(engine, rpc).values() for h in lane]
 
 
 class SokovanOrchestrator:
     def __init__(self, engine: AsyncEngine, rpc: AgentRPCClient, config: ClusterConfig) -> None:
         self.config = config
-        self.schedule = ScheduleCoordinator(engine, config, session_handlers(engine, rpc), CycleLock(engine))
-        self.loops = {
-            ScheduleCoordinator.name: CoordinatorLoop(
-                ScheduleCoordinator.name,
-                self.schedule.cycle,
-                long_interval=lambda: config.loops.long_cycle_interval,
-                debounce=lambda: config.loops.short_cycle_debounce,
-            )
+        self.schedule = ScheduleCoordinator(engine, config, session_lanes(engine, rpc), CycleLock(engine))
+        self.loops: dict[str, list[CoordinatorLoop]] = {
+            ScheduleCoordinator.name: [
+                CoordinatorLoop(
+                    f"{ScheduleCoordinator.name}.{lane}",
+                    functools.partial(self.schedule.cycle_lane, lane),
+                    long_interval=lambda: config.loops.long_cycle_interval,
+                    debounce=lambda: config.loops.short_cycle_debounce,
+                    # A lane that moved sessions hands them to the other lanes at once.
+                    on_moved=functools.partial(self.hint, ScheduleCoordinator.name),
+                )
+                for lane in self.schedule.lanes
+            ]
         }
 
     def hint(self, coordinator: str) -> None:
-        loop = self.loops.get(coordinator)
-        if loop is not None:
+        for loop in self.loops.get(coordinator, []):
             loop.hint()
 
     async def run(self, stop: asyncio.Event) -> None:
-        await asyncio.gather(*(loop.run(stop) for loop in self.loops.values()))
+        await asyncio.gather(*(loop.run(stop) for loops in self.loops.values() for loop in loops))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -38,30 +38,47 @@ Handler = LifecycleHandler | SessionPromotionHandler
 
 
 class ScheduleCoordinator:
+    """Runs the session handlers in lanes.
+
+    A lane is an ordered list of handlers run as one cycle under its own cluster-wide lock, so
+    lanes run concurrently (placement does not wait for the agents' answers to the previous
+    batch) while each lane behaves as if one manager ran it. `cycle()` runs all lanes in turn.
+    """
+
     name = "schedule"
 
     def __init__(
         self,
         engine: AsyncEngine,
         config: ClusterConfig,
-        handlers: Sequence[Handler],
+        handlers: Sequence[Handler] | Mapping[str, Sequence[Handler]],
         lock: CycleLock | None = None,
     ) -> None:
         self._engine = engine
         self._config = config
-        self._handlers = list(handlers)
+        self.lanes: dict[str, list[Handler]] = (
+            {lane: list(hs) for lane, hs in handlers.items()}
+            if isinstance(handlers, Mapping)
+            else {"all": list(handlers)}
+        )
         self._lock = lock
 
     async def cycle(self) -> bool:
-        """Run every handler once; True when any session moved."""
-        if self._lock is not None:
-            async with self._lock.hold(self.name) as acquired:
-                return await self._cycle() if acquired else False
-        return await self._cycle()
-
-    async def _cycle(self) -> bool:
+        """Run every lane once; True when any session moved."""
         moved = False
-        for handler in self._handlers:
+        for lane in self.lanes:
+            moved |= await self.cycle_lane(lane)
+        return moved
+
+    async def cycle_lane(self, lane: str) -> bool:
+        if self._lock is not None:
+            async with self._lock.hold(f"{self.name}.{lane}") as acquired:
+                return await self._run(self.lanes[lane]) if acquired else False
+        return await self._run(self.lanes[lane])
+
+    async def _run(self, handlers: Sequence[Handler]) -> bool:
+        moved = False
+        for handler in handlers:
             if isinstance(handler, LifecycleHandler):
                 moved |= await self.run_lifecycle(handler)
             else:
