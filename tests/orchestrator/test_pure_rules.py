@@ -121,3 +121,21 @@ def test_kernel_event_transitions(event: object, from_ok: K, from_stale: K, to: 
 
 def test_kernel_event_with_bad_kernel_id_is_ignored() -> None:
     assert transition_for(KernelRunning(agent_id="a1", kernel_id="nope", session_id=SID)) is None
+
+
+def test_a_batch_collapses_steps_the_next_event_makes_moot() -> None:
+    from sokovan.orchestrator.schedule.kernel_events import _coalesce
+
+    batch = [
+        transition_for(KernelPulling(**common)),
+        transition_for(KernelPrepared(**common)),
+        transition_for(KernelRunning(**common)),
+        transition_for(KernelTerminated(exit_code=3, **common)),
+    ]
+    kept = _coalesce([t for t in batch if t is not None])
+    # pulling folds into prepared (which accepts PULLING and everything pulling accepted);
+    # prepared stays (running does not accept a kernel still pulling, so folding it would let
+    # a kernel skip its start); running folds into the terminal event, which accepts any live
+    # status; the exit code survives.
+    assert [t.to_status for t in kept] == [K.PREPARED, K.ERROR]
+    assert kept[-1].exit_code == 3

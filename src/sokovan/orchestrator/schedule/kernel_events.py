@@ -102,7 +102,7 @@ class KernelEventApplier:
         Events of one kernel apply in their order: the batch is cut into rounds holding at most
         one event per kernel, and each round is a few set-based statements.
         """
-        transitions = [t for t in map(transition_for, events) if t is not None]
+        transitions = _coalesce([t for t in map(transition_for, events) if t is not None])
         if not transitions:
             return 0
         moved = 0
@@ -110,6 +110,28 @@ class KernelEventApplier:
             for round_ in _rounds(transitions):
                 moved += len(await apply_kernel_transitions(conn, round_))
         return moved
+
+
+def _coalesce(transitions: Sequence[KernelTransition]) -> list[KernelTransition]:
+    """Drop a step that the kernel's next event in the batch makes moot.
+
+    A transition that carries nothing but a status (no exit code, no status_info) is dropped when
+    the next transition of the same kernel would accept the kernel both before and after it —
+    e.g. pulling then prepared: the kernel goes straight to PREPARED, one write instead of two.
+    """
+    out: list[KernelTransition] = []
+    last: dict[uuid.UUID, int] = {}
+    for t in transitions:
+        i = last.get(t.kernel_id)
+        if i is not None:
+            prev = out[i]
+            bare = prev.exit_code is None and not prev.status_info
+            if bare and prev.expected | {prev.to_status} <= t.expected:
+                out[i] = t
+                continue
+        last[t.kernel_id] = len(out)
+        out.append(t)
+    return out
 
 
 def _rounds(transitions: Sequence[KernelTransition]) -> list[list[KernelTransition]]:

@@ -7,9 +7,10 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from decimal import Decimal
+from typing import Any
 
 from sqlalchemy import Numeric, cast, exists, func, literal_column, select
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import KernelStatus, SessionStatus
@@ -35,7 +36,7 @@ async def fetch_sessions(
     it are read. `changed_before` keeps sessions that entered their status before that time.
     """
     query = (
-        select(Session, ScalingGroup.pending_timeout)
+        select(*Session.__table__.c, ScalingGroup.pending_timeout)
         .join(ScalingGroup, ScalingGroup.name == Session.scaling_group)
         .where(Session.status.in_([s.value for s in statuses]))
         .order_by(Session.created_at, Session.id)
@@ -53,10 +54,10 @@ async def fetch_sessions(
             query = query.where(~has_other)
     if changed_before is not None:
         query = query.where(Session.status_changed_at < changed_before)
-    rows = (await AsyncSession(bind=conn).execute(query)).all()
+    rows = (await conn.execute(query)).all()
     if not rows:
         return []
-    ids = [r.Session.id for r in rows]
+    ids = [r.id for r in rows]
     kernels = await _fetch_kernels(conn, ids)
     deps: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
     if SessionStatus.PENDING in statuses:
@@ -67,32 +68,26 @@ async def fetch_sessions(
         )
         for sid, dep in dep_rows:
             deps[sid].append(dep)
-    return [
-        _session(
-            r.Session, r.pending_timeout, kernels.get(r.Session.id, []), tuple(deps.get(r.Session.id, ()))
-        )
-        for r in rows
-    ]
+    return [_session(r, kernels.get(r.id, []), tuple(deps.get(r.id, ()))) for r in rows]
 
 
 async def _fetch_kernels(
     conn: AsyncConnection, session_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, list[KernelInfo]]:
-    rows = await AsyncSession(bind=conn).execute(
-        select(Kernel, Agent.rpc_addr)
+    rows = await conn.execute(
+        select(*Kernel.__table__.c, Agent.rpc_addr)
         .outerjoin(Agent, Agent.id == Kernel.agent_id)
         .where(Kernel.session_id.in_(session_ids))
         .order_by(Kernel.session_id, Kernel.cluster_idx)
     )
     out: dict[uuid.UUID, list[KernelInfo]] = defaultdict(list)
-    for r in rows:
-        k: Kernel = r.Kernel
+    for k in rows:
         out[k.session_id].append(
             KernelInfo(
                 id=k.id,
                 status=KernelStatus(k.status),
                 agent_id=k.agent_id,
-                agent_addr=r.rpc_addr,
+                agent_addr=k.rpc_addr,
                 cluster_role=k.cluster_role,
                 cluster_idx=k.cluster_idx,
                 occupied_slots=ResourceSlots.from_json(k.occupied_slots),
@@ -103,9 +98,8 @@ async def _fetch_kernels(
     return out
 
 
-def _session(
-    s: Session, pending_timeout: float, kernels: list[KernelInfo], depends_on: tuple[uuid.UUID, ...]
-) -> SessionWithKernels:
+def _session(s: Any, kernels: list[KernelInfo], depends_on: tuple[uuid.UUID, ...]) -> SessionWithKernels:
+    """A session row (Core, with its group's pending_timeout) and its kernels, as the handlers see it."""
     return SessionWithKernels(
         id=s.id,
         name=s.name,
@@ -114,7 +108,7 @@ def _session(
         project_id=s.project_id,
         domain_name=s.domain_name,
         scaling_group=s.scaling_group,
-        pending_timeout=pending_timeout,
+        pending_timeout=s.pending_timeout,
         type=s.type,
         image=s.image,
         command=s.command,
