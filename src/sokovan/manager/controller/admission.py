@@ -8,9 +8,11 @@ session that fits in principle waits in PENDING.
 
 from __future__ import annotations
 
+import time
 import uuid
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.slots import ResourceSlots
@@ -33,9 +35,10 @@ async def admit(
     spec: SessionCreateRequest,
     per_kernel: ResourceSlots,
     limits: OwnerLimits,
+    capacity: CapacityCache | None = None,
 ) -> list[uuid.UUID]:
     """Run every check; returns the de-duplicated dependencies."""
-    await check_placeable(conn, spec, per_kernel)
+    await check_placeable(conn, spec, per_kernel, capacity)
     violations = quota_violations(limits, per_kernel.scaled(spec.cluster_size))
     if violations:
         raise QuotaExceeded("; ".join(violations))
@@ -70,31 +73,63 @@ async def check_pending_limit(conn: AsyncConnection, principal: Principal, limit
         )
 
 
+class CapacityCache:
+    """What `check_placeable` reads — a group's allowed types and its agents' capacity shapes for an
+    image — kept for `ttl` seconds, so a burst of creates costs no reads here.
+
+    Only positive answers are kept (the group exists and some agent offers the image): a new group
+    or a newly registered image is seen at once, a changed group or agent within `ttl` seconds.
+    This check is about what could *ever* fit; what fits now is the scheduler's business."""
+
+    def __init__(self, ttl: float = 2.0) -> None:
+        self._ttl = ttl
+        self._items: dict[tuple[str, str], tuple[float, list[str], list[AgentCapacity]]] = {}
+
+    async def lookup(
+        self, conn: AsyncConnection, group: str, image: str
+    ) -> tuple[list[str], list[AgentCapacity]] | None:
+        """(allowed session types, capacity shapes offering `image`), or None if the group is unknown."""
+        hit = self._items.get((group, image))
+        if hit is not None and hit[0] > time.monotonic():
+            return hit[1], hit[2]
+        sg = (await conn.execute(_GROUP_TYPES, {"group": group})).first()
+        if sg is None:
+            return None
+        rows = await conn.execute(_CAPACITY_SHAPES, {"group": group, "image": [image]})
+        # Agents of one capacity are one row: a homogeneous fleet of any size costs one row here.
+        offering = [
+            AgentCapacity(f"{n} agent(s)", ResourceSlots.from_json(slots), frozenset({image}), count=int(n))
+            for slots, n in rows
+        ]
+        allowed = list(sg.allowed_session_types or [])
+        if offering:
+            self._items[(group, image)] = (time.monotonic() + self._ttl, allowed, offering)
+        return allowed, offering
+
+
+_GROUP_TYPES = select(ScalingGroup.allowed_session_types).where(ScalingGroup.name == bindparam("group"))
+_CAPACITY_SHAPES = (
+    select(Agent.available_slots, func.count())
+    .where(Agent.scaling_group == bindparam("group"), Agent.images.contains(bindparam("image", type_=JSONB)))
+    .group_by(Agent.available_slots)
+)
+
+
 async def check_placeable(
-    conn: AsyncConnection, spec: SessionCreateRequest, per_kernel: ResourceSlots
+    conn: AsyncConnection,
+    spec: SessionCreateRequest,
+    per_kernel: ResourceSlots,
+    capacity: CapacityCache | None = None,
 ) -> None:
-    sg = (
-        await conn.execute(
-            select(ScalingGroup.allowed_session_types).where(ScalingGroup.name == spec.scaling_group)
-        )
-    ).first()
-    if sg is None:
+    found = await (capacity or CapacityCache(ttl=0)).lookup(conn, spec.scaling_group, spec.image)
+    if found is None:
         raise UnknownReference(f"scaling group {spec.scaling_group!r} does not exist")
-    if spec.type.value not in (sg.allowed_session_types or []):
+    allowed, offering = found
+    if spec.type.value not in allowed:
         raise Unsatisfiable(
             f"scaling group {spec.scaling_group!r} does not allow {spec.type.value} sessions "
-            f"(allowed: {', '.join(sg.allowed_session_types or []) or 'none'})"
+            f"(allowed: {', '.join(allowed) or 'none'})"
         )
-    # Agents of one capacity are one row: a homogeneous fleet of any size costs one row here.
-    rows = await conn.execute(
-        select(Agent.available_slots, func.count())
-        .where(Agent.scaling_group == spec.scaling_group, Agent.images.contains([spec.image]))
-        .group_by(Agent.available_slots)
-    )
-    offering = [
-        AgentCapacity(f"{n} agent(s)", ResourceSlots.from_json(slots), frozenset({spec.image}), count=int(n))
-        for slots, n in rows
-    ]
     if not offering:
         raise UnknownReference(
             f"unknown image {spec.image!r}: no agent of scaling group {spec.scaling_group!r} offers it"

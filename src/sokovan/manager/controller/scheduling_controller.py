@@ -10,6 +10,7 @@ computes a placement, writing nothing.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,7 @@ from sokovan.common.types import (
 )
 from sokovan.db.models import AuditLog, Kernel, Session, SessionDependency
 from sokovan.manager.context import SCHEDULE, ManagerContext
-from sokovan.manager.controller.admission import admit
+from sokovan.manager.controller.admission import CapacityCache, admit
 from sokovan.manager.controller.errors import NotFound
 from sokovan.manager.controller.session_spec import SessionCreateRequest
 from sokovan.manager.repositories.sessions_read import visible
@@ -39,6 +40,7 @@ from sokovan.orchestrator.provisioner.dry_run import DryRunRequest, DryRunResult
 log = structlog.get_logger(__name__)
 
 TERMINATE_HANDLER = "api.terminate"
+HINT_COALESCE = 0.005
 # Built once: statement construction is a real share of a create's cost.
 _INSERT_SESSION = insert(Session)
 _INSERT_KERNEL = insert(Kernel)
@@ -64,6 +66,8 @@ class CreateOutcome:
 class SchedulingController:
     def __init__(self, ctx: ManagerContext) -> None:
         self._ctx = ctx
+        self._capacity = CapacityCache()
+        self._hint_pending: asyncio.Task[None] | None = None
 
     # -- create -------------------------------------------------------------------------------
 
@@ -77,7 +81,7 @@ class SchedulingController:
                     existing = await self._by_creation_id(conn, principal, spec.creation_id)
                     if existing is not None:
                         return CreateOutcome(existing, created=False)
-                depends_on = await admit(conn, principal, spec, per_kernel, limits)
+                depends_on = await admit(conn, principal, spec, per_kernel, limits, self._capacity)
                 session_id = await self._insert(conn, principal, spec, per_kernel, depends_on)
         except IntegrityError:
             # Two requests with one creation_id raced: the unique constraint let one of them in.
@@ -253,6 +257,13 @@ class SchedulingController:
         )
 
     async def _hint(self) -> None:
+        """Hint the schedulers, at most once per `HINT_COALESCE` seconds per process: a burst of
+        requests becomes one hint, and the last request is never left without one."""
+        if self._hint_pending is None or self._hint_pending.done():
+            self._hint_pending = asyncio.create_task(self._publish_hint())
+
+    async def _publish_hint(self) -> None:
+        await asyncio.sleep(HINT_COALESCE)
         try:
             await self._ctx.hints.hint(SCHEDULE)
         except Exception:  # a lost hint costs one long-cycle interval, never the request
