@@ -55,7 +55,7 @@ class EventConsumer:
         consumer: str,
         handler: Handler,
         *,
-        batch: int = 200,
+        batch: int = 1000,
         block_ms: int = 1000,
         claim_idle_ms: int = 30_000,
     ) -> None:
