@@ -2,7 +2,8 @@
 
 Sizes come from the environment: BENCH_AGENTS (1000), BENCH_SESSIONS (10000), BENCH_CONCURRENCY
 (64), BENCH_STEADY_RATE (200), BENCH_STEADY_SECONDS (15), BENCH_MANAGER_WORKERS (2: one manager
-process per core), BENCH_CYCLE (1: also time single cycles). Prints one JSON document and writes
+process per core), BENCH_REPEAT (3 rounds, each on a fresh cluster; medians are reported),
+BENCH_CYCLE (1: also time single cycles). Prints one JSON document and writes
 it to .dev/bench/result.json.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import platform
-import time
+import statistics
 from typing import Any
 
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -25,41 +26,21 @@ def env_int(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
 
 
-async def main() -> dict[str, Any]:
-    agents = env_int("BENCH_AGENTS", 1000)
-    sessions = env_int("BENCH_SESSIONS", 10000)
-    concurrency = env_int("BENCH_CONCURRENCY", 64)
-    rate = env_int("BENCH_STEADY_RATE", 200)
-    steady_s = env_int("BENCH_STEADY_SECONDS", 15)
-    result: dict[str, Any] = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
-        "agents": agents,
-        "sessions": sessions,
-        "concurrency": concurrency,
-    }
-    workers = env_int("BENCH_MANAGER_WORKERS", 2)
-    result["manager_workers"] = workers
+async def one_round(
+    agents: int, sessions: int, concurrency: int, rate: int, steady_s: int, workers: int
+) -> dict[str, Any]:
+    """A fresh database, manager and fleet; a steady run, then a burst."""
+    out: dict[str, Any] = {}
     cluster = BenchCluster(agents, slots="cpu=16,mem=64g", workers=workers)
     try:
-        t0 = time.perf_counter()
         await cluster.start()
-        result["cluster_up_s"] = round(time.perf_counter() - t0, 1)
         assert cluster.engine is not None
         # Steady run first, with short sessions, so the burst starts on an empty cluster.
         ids = await steady(cluster.api, cluster.token, rate, steady_s, "sleep 1")
         await wait_until(cluster.engine, ids, ("TERMINATED",), within=300)
         m = await milestones(cluster.engine, ids)
-        result["steady"] = {
-            "rate_per_s": rate,
-            "seconds": steady_s,
-            "sessions": len(ids),
-            "create_to_running_p50_ms": round(m["create_to_running_p50_ms"], 1),
-            "create_to_running_p99_ms": round(m["create_to_running_p99_ms"], 1),
-        }
+        out["steady_create_to_running_p50_ms"] = m["create_to_running_p50_ms"]
+        out["steady_create_to_running_p99_ms"] = m["create_to_running_p99_ms"]
         # Burst: the fleet is held unschedulable while the sessions are created, then released
         # at once, so that placement and start-up are measured on a full queue rather than at
         # the pace of the REST clients.
@@ -69,16 +50,43 @@ async def main() -> dict[str, Any]:
         await cluster.hint()
         await wait_until(cluster.engine, load["ids"], ("RUNNING",), within=900)
         m = await milestones(cluster.engine, load["ids"], since=released)
-        result["burst"] = {
-            "creates_per_s": round(load["creates_per_s"], 1),
-            "create_p50_ms": round(load["create_p50_ms"], 1),
-            "create_p99_ms": round(load["create_p99_ms"], 1),
-            "placed_per_s": round(m["placed_per_s"], 1),
-            "running_per_s": round(m["running_per_s"], 1),
-            "all_running_after_release_s": round(m["all_running_after_s"], 1),
-        }
+        out.update(
+            creates_per_s=load["creates_per_s"],
+            create_p50_ms=load["create_p50_ms"],
+            create_p99_ms=load["create_p99_ms"],
+            placed_per_s=m["placed_per_s"],
+            running_per_s=m["running_per_s"],
+            all_running_after_release_s=m["all_running_after_s"],
+        )
     finally:
         await cluster.stop()
+    return out
+
+
+async def main() -> dict[str, Any]:
+    agents = env_int("BENCH_AGENTS", 1000)
+    sessions = env_int("BENCH_SESSIONS", 10000)
+    concurrency = env_int("BENCH_CONCURRENCY", 64)
+    rate = env_int("BENCH_STEADY_RATE", 200)
+    steady_s = env_int("BENCH_STEADY_SECONDS", 15)
+    workers = env_int("BENCH_MANAGER_WORKERS", 2)
+    repeat = env_int("BENCH_REPEAT", 3)
+    result: dict[str, Any] = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "agents": agents,
+        "sessions": sessions,
+        "concurrency": concurrency,
+        "steady_rate_per_s": rate,
+        "manager_workers": workers,
+        "rounds": repeat,
+    }
+    rounds = [await one_round(agents, sessions, concurrency, rate, steady_s, workers) for _ in range(repeat)]
+    result["median"] = {k: round(statistics.median(r[k] for r in rounds), 1) for k in rounds[0]}
+    result["each_round"] = [{k: round(v, 1) for k, v in r.items()} for r in rounds]
     if os.environ.get("BENCH_CYCLE", "1") == "1":
         url = await fresh_database(service_env().get("SOKOVAN_DB_URL", ""), "sokovan_bench_cycle")
         engine = create_async_engine(url)

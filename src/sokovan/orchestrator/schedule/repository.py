@@ -17,7 +17,7 @@ from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.db.models import Agent, Kernel, ScalingGroup, Session, SessionDependency
 from sokovan.orchestrator.handler_types import KernelInfo, KernelMatchType, SessionWithKernels
 
-BATCH_LIMIT = 2000
+BATCH_LIMIT = 5000
 
 
 async def fetch_sessions(
