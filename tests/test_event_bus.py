@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import redis.asyncio as aioredis
 
@@ -11,13 +12,19 @@ from sokovan.common.events import AgentEvent, KernelRunning
 from sokovan.common.settings import Settings
 
 
+def own_prefix(settings: Settings) -> str:
+    """A stream of this test's own: daemons of other tests publish on the run's shared one."""
+    return f"{settings.etcd_prefix}-bus-{uuid.uuid4().hex[:8]}"
+
+
 def running(n: int) -> KernelRunning:
     return KernelRunning(agent_id="a1", kernel_id=f"k{n}", session_id="s")
 
 
 async def test_a_failed_handler_gets_the_event_again(redis: aioredis.Redis, settings: Settings) -> None:
+    prefix = own_prefix(settings)
     secret = settings.cluster_secret or ""
-    publisher = EventPublisher(redis, settings.etcd_prefix, secret)
+    publisher = EventPublisher(redis, prefix, secret)
     seen: list[str] = []
     failures = {"k1": 5}  # fails more often than one pass retries it
 
@@ -30,9 +37,7 @@ async def test_a_failed_handler_gets_the_event_again(redis: aioredis.Redis, sett
         seen.extend(e.kernel_id for e in events if isinstance(e, KernelRunning))
 
     stop = asyncio.Event()
-    consumer = EventConsumer(
-        redis, settings.etcd_prefix, secret, "c1", handler, block_ms=100, claim_idle_ms=300
-    )
+    consumer = EventConsumer(redis, prefix, secret, "c1", handler, block_ms=100, claim_idle_ms=300)
     await consumer.ensure_group()
     for n in range(3):
         await publisher.publish(running(n))
@@ -46,23 +51,24 @@ async def test_a_failed_handler_gets_the_event_again(redis: aioredis.Redis, sett
         stop.set()
         await asyncio.wait_for(task, 5)
     assert sorted(seen) == ["k0", "k1", "k2"]
-    pending = await redis.xpending(stream_key(settings.etcd_prefix), "managers")
+    pending = await redis.xpending(stream_key(prefix), "managers")
     assert pending["pending"] == 0
 
 
 async def test_unsigned_or_forged_events_are_dropped(redis: aioredis.Redis, settings: Settings) -> None:
+    prefix = own_prefix(settings)
     secret = settings.cluster_secret or ""
     seen: list[AgentEvent] = []
 
     async def handler(events: list[AgentEvent]) -> None:
         seen.extend(events)
 
-    consumer = EventConsumer(redis, settings.etcd_prefix, secret, "c2", handler, block_ms=100)
+    consumer = EventConsumer(redis, prefix, secret, "c2", handler, block_ms=100)
     await consumer.ensure_group()
-    key = stream_key(settings.etcd_prefix)
+    key = stream_key(prefix)
     await redis.xadd(key, {"data": running(9).model_dump_json()})
-    await EventPublisher(redis, settings.etcd_prefix, "wrong-secret").publish(running(8))
-    await EventPublisher(redis, settings.etcd_prefix, secret).publish(running(7))
+    await EventPublisher(redis, prefix, "wrong-secret").publish(running(8))
+    await EventPublisher(redis, prefix, secret).publish(running(7))
     stop = asyncio.Event()
     task = asyncio.create_task(consumer.run(stop))
     for _ in range(100):
