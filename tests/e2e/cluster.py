@@ -51,7 +51,7 @@ class Cluster:
         self.manager.wait(timeout=20)
         self.manager = None
 
-    def start_agent(self, agent_id: str, slots: str = "cpu=2,mem=2g") -> None:
+    def start_agent(self, agent_id: str, slots: str = "cpu=2,mem=2g", extra: tuple[str, ...] = ()) -> None:
         log = open(self.workdir / f"{agent_id}.log", "ab")
         self.agents[agent_id] = subprocess.Popen(
             [
@@ -67,6 +67,7 @@ class Cluster:
                 str(self.workdir / agent_id),
                 "--kill-grace",
                 "2",
+                *extra,
             ],
             env=self.env,
             stdout=log,

@@ -7,7 +7,7 @@ import json
 import uuid
 
 import aiohttp
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from sokovan.db.models import Agent, AuditLog, Kernel, Session
@@ -108,3 +108,24 @@ async def test_agent_rpc_without_the_cluster_secret_starts_nothing(cluster: Clus
                 assert resp.status == 401
     await asyncio.sleep(0.5)
     assert not process_alive_with_env(f"SOKOVAN_KERNEL_ID={kernel_id}")
+
+
+async def test_an_agent_kernel_limit_reaches_the_scheduler(cluster: Cluster, db_url: str) -> None:
+    cluster.start_agent("e2e-limited", slots="cpu=8,mem=2g", extra=("--max-kernels", "1"))
+    engine = create_async_engine(db_url)
+    try:
+        for _ in range(100):
+            async with engine.connect() as conn:
+                limit = await conn.scalar(select(Agent.max_kernels).where(Agent.id == "e2e-limited"))
+            if limit is not None:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        proc = cluster.agents.pop("e2e-limited")
+        proc.terminate()
+        proc.wait(timeout=20)
+        # Until node lifecycle lands a stopped agent stays READY: leave no room on it behind.
+        async with engine.begin() as conn:
+            await conn.execute(delete(Agent).where(Agent.id == "e2e-limited"))
+        await engine.dispose()
+    assert limit == 1

@@ -61,6 +61,7 @@ class AgentConfig:
     work_dir: Path | None = None  # default: $TMPDIR/sokovan-agent-<id>
     kill_grace: float = 5.0
     heartbeat_interval: float = 2.0
+    max_kernels: int | None = None
 
     def resolved_work_dir(self) -> Path:
         return self.work_dir or Path(tempfile.gettempdir()) / f"sokovan-agent-{self.agent_id}"
@@ -152,6 +153,7 @@ class AgentDaemon:
                 images=self.config.catalog.names(),
                 rpc_addr=self.rpc_addr,
                 running_kernels=self.backend.running_kernels(),
+                max_kernels=self.config.max_kernels,
             )
         )
 

@@ -61,6 +61,7 @@ class HollowConfig:
     pull_failure_rate: float = 0.0
     seed: int = 0
     heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
+    max_kernels: int | None = None
     registration_spread: float = REGISTRATION_SPREAD
 
     def __post_init__(self) -> None:
@@ -91,6 +92,7 @@ class HollowFleet:
             pull_delay=config.pull_delay,
             pull_failure_rate=config.pull_failure_rate,
             rng=random.Random(config.seed),
+            max_kernels=config.max_kernels,
         )
         self.agents: dict[str, HollowAgent] = {
             agent_id: HollowAgent(agent_id, uuid.uuid4().hex, behaviour, self._outbox.emit)

@@ -65,6 +65,7 @@ class HollowBehaviour:
     pull_delay: float
     pull_failure_rate: float
     rng: random.Random
+    max_kernels: int | None = None
 
 
 class _Kernel:
@@ -105,6 +106,7 @@ class HollowAgent:
                 images=self._images,
                 rpc_addr=rpc_addr,
                 running_kernels=self.running_kernels(),
+                max_kernels=self._behaviour.max_kernels,
             )
         )
 

@@ -83,6 +83,7 @@ def build_config(
     work_dir: str | None,
     kill_grace: float | None,
     heartbeat_interval: float | None,
+    max_kernels: int | None = None,
 ) -> AgentConfig:
     """Merge flags over config-file values over defaults; every bad value is a ClickException."""
     port = _pick(rpc_port, file_values, "rpc_port", int)
@@ -113,7 +114,17 @@ def build_config(
         config.kill_grace = float(grace)
     if interval is not None:
         config.heartbeat_interval = float(interval)
+    config.max_kernels = _max_kernels(max_kernels, file_values)
     return config
+
+
+def _max_kernels(flag: int | None, file_values: dict[str, Any]) -> int | None:
+    value = _pick(flag, file_values, "max_kernels", int)
+    if value is None:
+        return None
+    if value < 0:
+        raise click.ClickException("max kernels must not be negative")
+    return int(value)
 
 
 def build_hollow_config(
@@ -150,6 +161,7 @@ def build_hollow_config(
         pull_delay=float(delay or 0),
         pull_failure_rate=float(rate or 0),
         seed=chosen_seed or 0,
+        max_kernels=base.max_kernels,
     )
     if interval is not None:
         config.heartbeat_interval = float(interval)
@@ -197,6 +209,12 @@ async def _serve(settings: Settings, config: AgentConfig | HollowConfig) -> None
     "--pull-failure-rate", type=float, default=None, help="Share of simulated pulls that fail (0..1)."
 )
 @click.option("--seed", type=int, default=None, help="Seed of the simulated pull failures (0).")
+@click.option(
+    "--max-kernels",
+    type=int,
+    default=None,
+    help="Most kernels this agent (each hollow agent) takes (no limit).",
+)
 def agent(
     config: str | None,
     agent_id: str | None,
@@ -212,6 +230,7 @@ def agent(
     pull_delay: float | None,
     pull_failure_rate: float | None,
     seed: int | None,
+    max_kernels: int | None,
 ) -> None:
     """Run an agent daemon whose kernels are OS processes (or, with --simulate N, N hollow agents)."""
     settings = load_or_exit(config)
@@ -233,6 +252,7 @@ def agent(
         work_dir=work_dir,
         kill_grace=kill_grace,
         heartbeat_interval=heartbeat_interval,
+        max_kernels=max_kernels,
     )
     run_config: AgentConfig | HollowConfig = agent_config
     if count is not None:

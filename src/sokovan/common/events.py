@@ -34,6 +34,8 @@ class AgentHeartbeat(_Event):
     images: list[str]
     rpc_addr: str
     running_kernels: list[str] = Field(default_factory=list)
+    # How many kernels the agent takes at most (None: as many as its slots allow).
+    max_kernels: int | None = None
 
 
 class AgentStopping(_Event):

@@ -55,6 +55,7 @@ async def record_heartbeats(engine: AsyncEngine, beats: Sequence[AgentHeartbeat]
                     "boot_id": hb.boot_id,
                     "heartbeat_seq": hb.seq,
                     "last_heartbeat_at": now,
+                    "max_kernels": hb.max_kernels,
                 }
             )
         if not rows:
@@ -71,6 +72,7 @@ async def record_heartbeats(engine: AsyncEngine, beats: Sequence[AgentHeartbeat]
                 "boot_id": excluded.boot_id,
                 "heartbeat_seq": excluded.heartbeat_seq,
                 "last_heartbeat_at": excluded.last_heartbeat_at,
+                "max_kernels": excluded.max_kernels,
                 "status": case((Agent.status.in_(_HELD), Agent.status), else_=excluded.status),
             },
             where=or_(Agent.boot_id != excluded.boot_id, Agent.heartbeat_seq < excluded.heartbeat_seq),
