@@ -75,12 +75,13 @@ class KernelTerminated(_KernelEvent):
     """The kernel's process is gone.
 
     `reason` is "exited" when the process ended on its own, "destroyed" when the manager asked
-    for it, "oom" when it was killed for memory, "unknown" when the agent does not know the kernel.
+    for it, "oom" when it was killed for memory, "unknown" when the agent does not know a kernel it
+    was asked to destroy, "lost" when it does not know a kernel the manager believes it runs.
     """
 
     name: Literal["kernel.terminated"] = "kernel.terminated"
     exit_code: int | None = None
-    reason: Literal["exited", "destroyed", "oom", "unknown"] = "exited"
+    reason: Literal["exited", "destroyed", "oom", "unknown", "lost"] = "exited"
 
 
 AgentEvent = Annotated[

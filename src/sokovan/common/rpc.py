@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 from pydantic import BaseModel, Field
@@ -48,6 +48,27 @@ class CreateKernelsRequest(BaseModel):
 class DestroyKernelsRequest(BaseModel):
     kernel_ids: list[str]
     forced: bool = False
+
+
+class ReconcileItem(BaseModel):
+    """A kernel whose state the manager wants re-told.
+
+    `phase` is what the manager believes: "pull" (asked to check/pull its image, not started),
+    "run" (asked to start, or running), "terminate" (asked to destroy)."""
+
+    kernel_id: str
+    session_id: str
+    image: str = ""
+    phase: Literal["pull", "run", "terminate"]
+
+
+class ReconcileRequest(BaseModel):
+    """Re-publish each kernel's current state as the event that reports it: KernelRunning for a live
+    kernel, KernelTerminated for one that ended (its exit code and reason), KernelPrepared /
+    KernelImagePullFailed for a "pull" kernel not started yet, KernelTerminated(reason="lost") for a
+    "run" kernel the agent does not know, KernelTerminated(reason="unknown") for a "terminate" one."""
+
+    kernels: list[ReconcileItem]
 
 
 class LogsRequest(BaseModel):
@@ -149,6 +170,12 @@ class AgentRPCClient:
         raw = await self.call(
             rpc_addr, "destroy_kernels", DestroyKernelsRequest(kernel_ids=kernel_ids, forced=forced), agent_id
         )
+        return AcceptedResponse.model_validate(raw)
+
+    async def reconcile(
+        self, rpc_addr: str, items: list[ReconcileItem], agent_id: str = ""
+    ) -> AcceptedResponse:
+        raw = await self.call(rpc_addr, "reconcile", ReconcileRequest(kernels=items), agent_id)
         return AcceptedResponse.model_validate(raw)
 
     async def logs(self, rpc_addr: str, kernel_id: str, agent_id: str = "") -> LogsResponse:
