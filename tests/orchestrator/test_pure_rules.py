@@ -16,25 +16,34 @@ from sokovan.common.events import (
 )
 from sokovan.common.types import KernelStatus as K
 from sokovan.common.types import SchedulingResult, SessionResult, SessionStatus
-from sokovan.orchestrator.classify import classify_failure, is_expired
+from sokovan.orchestrator.classify import Limits, PhaseState, classify, is_expired
 from sokovan.orchestrator.handler_types import KernelMatchType, kernels_match
 from sokovan.orchestrator.schedule.endings import failure_from_kernels, final_status
 from sokovan.orchestrator.schedule.kernel_events import transition_for
 from tests.orchestrator.factories import T0, kernel
 
+MIN = dt.timedelta(minutes=1)
+
 
 @pytest.mark.parametrize(
-    ("attempts_before", "max_tries", "want"),
+    ("attempts", "minutes_in_phase", "max_tries", "timeout", "want"),
     [
-        (0, 3, SchedulingResult.NEED_RETRY),
-        (1, 3, SchedulingResult.NEED_RETRY),
-        (2, 3, SchedulingResult.GIVE_UP),
-        (5, 3, SchedulingResult.GIVE_UP),
-        (0, 1, SchedulingResult.GIVE_UP),
+        (5, 1, 5, 900, SchedulingResult.GIVE_UP),  # 5 attempts with a limit of 5
+        (0, 1, 5, 900, SchedulingResult.NEED_RETRY),  # 99 skips are no attempts
+        (1, 20, 5, 900, SchedulingResult.EXPIRED),  # 20 minutes in a phase with a 900 s timeout
+        (5, 20, 5, 900, SchedulingResult.GIVE_UP),  # both exceeded: give up
+        (1000, 10_000, None, None, SchedulingResult.NEED_RETRY),  # no limits
+        (1000, 10_000, None, 0, SchedulingResult.NEED_RETRY),  # timeout 0 is no timeout
+        (2, 1, 3, 900, SchedulingResult.NEED_RETRY),
+        (3, 1, 3, 900, SchedulingResult.GIVE_UP),
+        (1, 15, 3, 900, SchedulingResult.NEED_RETRY),  # exactly at the timeout is not past it
     ],
 )
-def test_classify_failure(attempts_before: int, max_tries: int, want: SchedulingResult) -> None:
-    assert classify_failure(attempts_before, max_tries) is want
+def test_classify(
+    attempts: int, minutes_in_phase: int, max_tries: int | None, timeout: float | None, want: SchedulingResult
+) -> None:
+    state = PhaseState(attempts=attempts, entered_at=T0)
+    assert classify(state, Limits(max_tries=max_tries, timeout=timeout), T0 + minutes_in_phase * MIN) is want
 
 
 @pytest.mark.parametrize(
@@ -107,6 +116,7 @@ common = {"agent_id": "a1", "kernel_id": KID, "session_id": SID}
             None,
         ),
         (KernelTerminated(reason="unknown", **common), K.PREPARED, K.TERMINATED, K.TERMINATED, None),
+        (KernelTerminated(reason="lost", **common), K.RUNNING, K.ERROR, K.ERROR, "AGENT_TRANSIENT"),
     ],
 )
 def test_kernel_event_transitions(event: object, from_ok: K, from_stale: K, to: K, cause: str | None) -> None:

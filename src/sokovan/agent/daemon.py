@@ -37,6 +37,7 @@ from sokovan.common.rpc import (
     DestroyKernelsRequest,
     LogsRequest,
     LogsResponse,
+    ReconcileRequest,
 )
 from sokovan.common.settings import Settings
 from sokovan.common.slots import ResourceSlots
@@ -62,6 +63,8 @@ class AgentConfig:
     kill_grace: float = 5.0
     heartbeat_interval: float = 2.0
     max_kernels: int | None = None
+    # Fault injection for tests: the first event of each of these kinds is dropped (see outbox).
+    drop_events: frozenset[str] = frozenset()
 
     def resolved_work_dir(self) -> Path:
         return self.work_dir or Path(tempfile.gettempdir()) / f"sokovan-agent-{self.agent_id}"
@@ -79,7 +82,9 @@ class AgentDaemon:
         self.boot_id = uuid.uuid4().hex
         self.work_dir = config.resolved_work_dir()
         self._redis = aioredis.Redis.from_url(settings.redis_url)
-        self._outbox = EventOutbox(self._redis, settings.etcd_prefix, settings.cluster_secret)
+        self._outbox = EventOutbox(
+            self._redis, settings.etcd_prefix, settings.cluster_secret, drop_events=config.drop_events
+        )
         self.backend = ProcessBackend(
             config.agent_id, self.work_dir, config.catalog, self._outbox.emit, config.kill_grace
         )
@@ -187,6 +192,11 @@ class AgentDaemon:
         for kernel_id in request.kernel_ids:
             await self.backend.destroy(kernel_id, forced=request.forced)
         return AcceptedResponse(accepted=list(request.kernel_ids))
+
+    async def reconcile(self, request: ReconcileRequest) -> AcceptedResponse:
+        for item in request.kernels:
+            await self.backend.reconcile(item)
+        return AcceptedResponse(accepted=[item.kernel_id for item in request.kernels])
 
     async def logs(self, request: LogsRequest) -> LogsResponse | None:
         return self.backend.logs(request.kernel_id)

@@ -63,6 +63,9 @@ class HollowConfig:
     heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
     max_kernels: int | None = None
     registration_spread: float = REGISTRATION_SPREAD
+    # Fault injection for tests: the first event of each of these kinds, across the whole fleet,
+    # is dropped (see outbox.EventDropper).
+    drop_events: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.count < 1:
@@ -84,7 +87,9 @@ class HollowFleet:
         self.settings = settings
         self.config = config
         self._redis = aioredis.Redis.from_url(settings.redis_url)
-        self._outbox = EventOutbox(self._redis, settings.etcd_prefix, settings.cluster_secret)
+        self._outbox = EventOutbox(
+            self._redis, settings.etcd_prefix, settings.cluster_secret, drop_events=config.drop_events
+        )
         behaviour = HollowBehaviour(
             scaling_group=config.scaling_group,
             available_slots=config.slots.to_json(),

@@ -37,11 +37,14 @@ from sokovan.common.rpc import (
     KernelSpec,
     LogsRequest,
     LogsResponse,
+    ReconcileItem,
+    ReconcileRequest,
 )
 
 Emit = Callable[[BaseModel], None]
+EndReason = Literal["exited", "destroyed"]
 
-MAX_ENDED = 256  # ended kernels per agent whose exit code is kept for a later destroy or logs
+MAX_ENDED = 256  # ended kernels per agent whose exit code and reason are kept (destroy, logs, reconcile)
 EXIT_TERM = 128 + 15
 EXIT_KILL = 128 + 9
 _SLEEP_RE = re.compile(r"^\s*(?:exec\s+)?sleep\s+(\d+(?:\.\d*)?|\.\d+)\s*$")
@@ -88,7 +91,7 @@ class HollowAgent:
         self._images = behaviour.catalog.names()
         self._emit = emit
         self._live: dict[str, _Kernel] = {}
-        self._ended: OrderedDict[str, tuple[str, int | None]] = OrderedDict()
+        self._ended: OrderedDict[str, tuple[str, int | None, EndReason]] = OrderedDict()
         self._pulls: set[asyncio.TimerHandle] = set()
 
     def running_kernels(self) -> list[str]:
@@ -159,6 +162,11 @@ class HollowAgent:
             self._destroy(kernel_id, request.forced)
         return AcceptedResponse(accepted=list(request.kernel_ids))
 
+    async def reconcile(self, request: ReconcileRequest) -> AcceptedResponse:
+        for item in request.kernels:
+            self._emit(self._state(item))
+        return AcceptedResponse(accepted=[item.kernel_id for item in request.kernels])
+
     async def logs(self, request: LogsRequest) -> LogsResponse | None:
         kernel_id = request.kernel_id
         if kernel_id not in self._live and kernel_id not in self._ended:
@@ -199,6 +207,26 @@ class HollowAgent:
         if seconds is not None:
             kernel.timer = asyncio.get_running_loop().call_later(seconds, self._exited, kernel)
 
+    def _state(self, item: ReconcileItem) -> BaseModel:
+        """The one event that tells `item`'s current state (see `ProcessBackend.reconcile`).
+
+        A "pull" kernel is prepared when its image is in the catalog: the pull failure rate
+        simulates pulls, and reconcile pulls nothing."""
+        ids = {"agent_id": self.agent_id, "kernel_id": item.kernel_id, "session_id": item.session_id}
+        if item.kernel_id in self._live:
+            return KernelRunning(**ids)
+        ended = self._ended.get(item.kernel_id)
+        if ended is not None:
+            return KernelTerminated(**ids, exit_code=ended[1], reason=ended[2])
+        if item.phase == "pull":
+            if item.image in self._behaviour.catalog:
+                return KernelPrepared(**ids)
+            message = f"image {item.image!r} is not available on agent {self.agent_id}"
+            return KernelImagePullFailed(**ids, message=message)
+        if item.phase == "run":
+            return KernelTerminated(**ids, exit_code=None, reason="lost")
+        return KernelTerminated(**ids, exit_code=None, reason="unknown")
+
     def _running(self, kernel: _Kernel) -> KernelRunning:
         return KernelRunning(agent_id=self.agent_id, kernel_id=kernel.kernel_id, session_id=kernel.session_id)
 
@@ -222,12 +250,12 @@ class HollowAgent:
             )
         )
 
-    def _end(self, kernel: _Kernel, exit_code: int, reason: Literal["exited", "destroyed"]) -> None:
+    def _end(self, kernel: _Kernel, exit_code: int, reason: EndReason) -> None:
         del self._live[kernel.kernel_id]
         if kernel.timer is not None:
             kernel.timer.cancel()
             kernel.timer = None
-        self._ended[kernel.kernel_id] = (kernel.session_id, exit_code)
+        self._ended[kernel.kernel_id] = (kernel.session_id, exit_code, reason)
         while len(self._ended) > MAX_ENDED:
             self._ended.popitem(last=False)
         self._emit(

@@ -6,6 +6,10 @@ hollow fleet of a thousand agents costs one Redis round trip per batch, not one 
 batch that fails (Redis unreachable) is retried whole until Redis takes it: delivery is at
 least once, and the order of emission is kept, so the manager sees an agent's registration
 before its kernel events and a kernel's KernelRunning before its KernelTerminated.
+
+For tests of the manager's recovery, an outbox can be told to lose events on purpose
+(`EventDropper`, the agent's hidden `--drop-events` option): the first event of each named kind
+is dropped instead of emitted, once per outbox (per agent process, per hollow fleet).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -21,17 +26,81 @@ from pydantic import BaseModel
 from redis.exceptions import RedisError
 
 from sokovan.bus.streams import MAXLEN, stream_key
-from sokovan.common.events import encode_event
+from sokovan.common.events import KERNEL_EVENT_TYPES, AgentHeartbeat, AgentStopping, encode_event
 
 log = structlog.get_logger(__name__)
 
 MAX_BATCH = 500
 
+# The `name` of every event an agent publishes: what `--drop-events` accepts.
+EVENT_NAMES: frozenset[str] = frozenset(
+    str(kind.model_fields["name"].default) for kind in (AgentHeartbeat, AgentStopping, *KERNEL_EVENT_TYPES)
+)
+
+
+def parse_event_names(value: str | Iterable[str] | None) -> frozenset[str]:
+    """`"kernel.running,kernel.prepared"` or a list of names; ValueError names the unknown ones."""
+    if value is None:
+        return frozenset()
+    parts = value.split(",") if isinstance(value, str) else list(value)
+    if not all(isinstance(part, str) for part in parts):
+        raise ValueError(f"expected event names, got {value!r}")
+    names = frozenset(part.strip() for part in parts if part.strip())
+    unknown = sorted(names - EVENT_NAMES)
+    if unknown:
+        raise ValueError(f"unknown event names {unknown} (known: {', '.join(sorted(EVENT_NAMES))})")
+    return names
+
+
+class EventDropper:
+    """Fault injection for tests: drops the first event of each named kind, once.
+
+    `drops(event)` says whether to drop this one (and then forgets the name, so only the first
+    event of that kind is lost); each drop is logged as `event.dropped_for_test`.
+    """
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self._pending = set(parse_event_names(names))
+
+    @property
+    def pending(self) -> frozenset[str]:
+        """The kinds whose first event has not come yet."""
+        return frozenset(self._pending)
+
+    def drops(self, event: BaseModel) -> bool:
+        name = getattr(event, "name", None)
+        if name not in self._pending:
+            return False
+        self._pending.discard(name)
+        log.warning(
+            "event.dropped_for_test",
+            event_name=name,
+            agent_id=getattr(event, "agent_id", None),
+            kernel_id=getattr(event, "kernel_id", None),
+        )
+        return True
+
+    def wrap(self, emit: Callable[[BaseModel], None]) -> Callable[[BaseModel], None]:
+        """`emit` that drops what this dropper drops."""
+
+        def dropping_emit(event: BaseModel) -> None:
+            if not self.drops(event):
+                emit(event)
+
+        return dropping_emit
+
 
 class EventOutbox:
     """Publishes emitted events in order, in pipelined batches, retrying until Redis takes them."""
 
-    def __init__(self, redis: aioredis.Redis, prefix: str, secret: str, max_batch: int = MAX_BATCH) -> None:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        prefix: str,
+        secret: str,
+        max_batch: int = MAX_BATCH,
+        drop_events: Iterable[str] = (),
+    ) -> None:
         self._redis = redis
         self._key = stream_key(prefix)
         self._secret = secret
@@ -41,8 +110,12 @@ class EventOutbox:
         self._idle = asyncio.Event()
         self._idle.set()
         self.published = 0
+        names = frozenset(drop_events)
+        self._dropper = EventDropper(names) if names else None
 
     def emit(self, event: BaseModel) -> None:
+        if self._dropper is not None and self._dropper.drops(event):
+            return
         self._pending.append(encode_event(event, self._secret))
         self._idle.clear()
         self._wakeup.set()

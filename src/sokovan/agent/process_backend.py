@@ -24,17 +24,23 @@ import structlog
 from pydantic import BaseModel
 
 from sokovan.agent.images import ImageCatalog
-from sokovan.common.events import KernelCreationFailed, KernelRunning, KernelTerminated
-from sokovan.common.rpc import KernelSpec, LogsResponse
+from sokovan.common.events import (
+    KernelCreationFailed,
+    KernelImagePullFailed,
+    KernelPrepared,
+    KernelRunning,
+    KernelTerminated,
+)
+from sokovan.common.rpc import KernelSpec, LogsResponse, ReconcileItem
 
 log = structlog.get_logger(__name__)
 
 Emit = Callable[[BaseModel], None]
-Reason = Literal["exited", "destroyed", "oom", "unknown"]
+EndReason = Literal["exited", "destroyed", "oom"]
 
 IDLE_COMMAND = "exec sleep 2147483647"
 LOG_TAIL_BYTES = 64 * 1024
-MAX_REMEMBERED = 10_000  # ended kernels whose exit code is kept for a later destroy
+MAX_REMEMBERED = 10_000  # ended kernels whose exit code and reason are kept (destroy, reconcile)
 _KERNEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -54,6 +60,7 @@ class _Kernel:
 class _Ended:
     session_id: str
     exit_code: int | None
+    reason: EndReason
 
 
 def valid_kernel_id(kernel_id: str) -> bool:
@@ -184,7 +191,7 @@ class ProcessBackend:
         _killpg(kernel.proc.pid, signal.SIGKILL)  # what the main process left behind
         exit_code, reason = self._classify(kernel, returncode)
         self._live.pop(kernel.kernel_id, None)
-        self._ended[kernel.kernel_id] = _Ended(kernel.session_id, exit_code)
+        self._ended[kernel.kernel_id] = _Ended(kernel.session_id, exit_code, reason)
         while len(self._ended) > MAX_REMEMBERED:
             self._ended.popitem(last=False)
         log.info("kernel.terminated", kernel_id=kernel.kernel_id, exit_code=exit_code, reason=reason)
@@ -200,7 +207,7 @@ class ProcessBackend:
         kernel.done.set()
 
     @staticmethod
-    def _classify(kernel: _Kernel, returncode: int) -> tuple[int, Reason]:
+    def _classify(kernel: _Kernel, returncode: int) -> tuple[int, EndReason]:
         signum = -returncode if returncode < 0 else None
         exit_code = 128 + signum if signum is not None else returncode
         if kernel.destroy_requested:
@@ -245,6 +252,35 @@ class ProcessBackend:
                 log.info("kernel.kill_after_grace", kernel_id=kernel.kernel_id, grace=self.kill_grace)
         _killpg(kernel.proc.pid, signal.SIGKILL)
         await kernel.done.wait()
+
+    async def reconcile(self, item: ReconcileItem) -> None:
+        """Re-publish the one event that tells `item`'s current state; starts and stops nothing.
+
+        A live kernel is KernelRunning (its pid), an ended one KernelTerminated (its exit code and
+        the reason it ended with); a kernel this agent does not know is judged by what the manager
+        believes: "pull" → KernelPrepared if the image is in the catalog (else
+        KernelImagePullFailed), "run" → KernelTerminated(reason="lost"), "terminate" →
+        KernelTerminated(reason="unknown").
+        """
+        ids = {"agent_id": self.agent_id, "kernel_id": item.kernel_id, "session_id": item.session_id}
+        async with self._lock:  # a create in progress is seen as done
+            kernel = self._live.get(item.kernel_id)
+        if kernel is not None:
+            self._emit(KernelRunning(**ids, pid=kernel.proc.pid))
+            return
+        ended = self._ended.get(item.kernel_id)
+        if ended is not None:
+            self._emit(KernelTerminated(**ids, exit_code=ended.exit_code, reason=ended.reason))
+        elif item.phase == "pull":
+            if item.image in self.catalog:
+                self._emit(KernelPrepared(**ids))
+            else:
+                message = f"image {item.image!r} is not available on agent {self.agent_id}"
+                self._emit(KernelImagePullFailed(**ids, message=message))
+        elif item.phase == "run":
+            self._emit(KernelTerminated(**ids, exit_code=None, reason="lost"))
+        else:
+            self._emit(KernelTerminated(**ids, exit_code=None, reason="unknown"))
 
     async def shutdown(self) -> None:
         """Destroy every live kernel and wait until all of them have been reported."""

@@ -26,6 +26,7 @@ from sokovan.common.rpc import (
     DestroyKernelsRequest,
     LogsRequest,
     LogsResponse,
+    ReconcileRequest,
     check_signature,
 )
 
@@ -44,6 +45,8 @@ class AgentRPCHandlers(Protocol):
     async def create_kernels(self, request: CreateKernelsRequest) -> AcceptedResponse: ...
 
     async def destroy_kernels(self, request: DestroyKernelsRequest) -> AcceptedResponse: ...
+
+    async def reconcile(self, request: ReconcileRequest) -> AcceptedResponse: ...
 
     async def logs(self, request: LogsRequest) -> LogsResponse | None: ...
 
@@ -86,6 +89,10 @@ async def _destroy_kernels(handlers: AgentRPCHandlers, body: bytes) -> BaseModel
     return await handlers.destroy_kernels(DestroyKernelsRequest.model_validate_json(body or b"{}"))
 
 
+async def _reconcile(handlers: AgentRPCHandlers, body: bytes) -> BaseModel:
+    return await handlers.reconcile(ReconcileRequest.model_validate_json(body or b"{}"))
+
+
 async def _logs(handlers: AgentRPCHandlers, body: bytes) -> BaseModel:
     request = LogsRequest.model_validate_json(body or b"{}")
     response = await handlers.logs(request)
@@ -99,6 +106,7 @@ METHODS: dict[str, Method] = {
     "check_and_pull": _check_and_pull,
     "create_kernels": _create_kernels,
     "destroy_kernels": _destroy_kernels,
+    "reconcile": _reconcile,
     "logs": _logs,
 }
 

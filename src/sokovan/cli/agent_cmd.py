@@ -2,7 +2,12 @@
 
 Every option is also a config-file key (`id`, `scaling_group`, `slots`, `rpc_host`, `rpc_port`,
 `images`, `work_dir`, `kill_grace`, `heartbeat_interval`, `simulate`, `pull_delay`,
-`pull_failure_rate`, `seed`); a flag wins over the file.
+`pull_failure_rate`, `seed`, `max_kernels`, `drop_events`); a flag wins over the file.
+
+`--drop-events NAME[,NAME...]` (hidden; config key `drop_events`, a list or a comma string) is
+fault injection for tests: the first event of each named kind (`kernel.running`,
+`kernel.terminated`, ...) that the agent (the whole hollow fleet) would publish is dropped, with a
+warning `event.dropped_for_test`; everything else is unchanged.
 
 With `--simulate N`, `--id` is the prefix of the virtual agents' ids (default `hollow`),
 `--slots` the capacity of each of them (default cpu=4,mem=8g), the heartbeat interval 5 s, and
@@ -23,6 +28,7 @@ import click
 from sokovan.agent.daemon import AgentConfig, AgentDaemon, AgentStartError
 from sokovan.agent.hollow import DEFAULT_SLOTS, HollowConfig, HollowFleet
 from sokovan.agent.images import ImageCatalog, ImageCatalogError
+from sokovan.agent.outbox import parse_event_names
 from sokovan.agent.process_backend import install_child_watcher
 from sokovan.cli.common import config_option, load_or_exit
 from sokovan.common.settings import ConfigFileError, Settings, read_config_file
@@ -84,6 +90,7 @@ def build_config(
     kill_grace: float | None,
     heartbeat_interval: float | None,
     max_kernels: int | None = None,
+    drop_events: str | None = None,
 ) -> AgentConfig:
     """Merge flags over config-file values over defaults; every bad value is a ClickException."""
     port = _pick(rpc_port, file_values, "rpc_port", int)
@@ -115,7 +122,16 @@ def build_config(
     if interval is not None:
         config.heartbeat_interval = float(interval)
     config.max_kernels = _max_kernels(max_kernels, file_values)
+    config.drop_events = _drop_events(drop_events, file_values)
     return config
+
+
+def _drop_events(flag: str | None, file_values: dict[str, Any]) -> frozenset[str]:
+    value = _pick(flag, file_values, "drop_events", (str, list))
+    try:
+        return parse_event_names(value)
+    except ValueError as exc:
+        raise click.ClickException(f"bad --drop-events: {exc}") from exc
 
 
 def _max_kernels(flag: int | None, file_values: dict[str, Any]) -> int | None:
@@ -162,6 +178,7 @@ def build_hollow_config(
         pull_failure_rate=float(rate or 0),
         seed=chosen_seed or 0,
         max_kernels=base.max_kernels,
+        drop_events=base.drop_events,
     )
     if interval is not None:
         config.heartbeat_interval = float(interval)
@@ -215,6 +232,13 @@ async def _serve(settings: Settings, config: AgentConfig | HollowConfig) -> None
     default=None,
     help="Most kernels this agent (each hollow agent) takes (no limit).",
 )
+@click.option(
+    "--drop-events",
+    default=None,
+    hidden=True,
+    metavar="NAME[,NAME...]",
+    help="For tests: drop the first event of each named kind (e.g. kernel.running).",
+)
 def agent(
     config: str | None,
     agent_id: str | None,
@@ -231,6 +255,7 @@ def agent(
     pull_failure_rate: float | None,
     seed: int | None,
     max_kernels: int | None,
+    drop_events: str | None,
 ) -> None:
     """Run an agent daemon whose kernels are OS processes (or, with --simulate N, N hollow agents)."""
     settings = load_or_exit(config)
@@ -253,6 +278,7 @@ def agent(
         kill_grace=kill_grace,
         heartbeat_interval=heartbeat_interval,
         max_kernels=max_kernels,
+        drop_events=drop_events,
     )
     run_config: AgentConfig | HollowConfig = agent_config
     if count is not None:

@@ -34,28 +34,38 @@ class LoopSettings(_Strict):
 class PhaseLimit(_Strict):
     """How long a session may stay in a phase (0 = forever) and how many tries it gets."""
 
-    timeout: float = Field(ge=0)
-    max_tries: int = Field(ge=1)
+    timeout: float = Field(ge=0)  # 0: no timeout
+    max_tries: int | None = Field(default=None, ge=1)  # None: no limit
 
 
 class PhaseSettings(_Strict):
     """Per-phase limits. `schedule` has no timeout here: the scaling group's pending_timeout rules."""
 
-    schedule: PhaseLimit = PhaseLimit(timeout=0, max_tries=1_000_000)
+    schedule: PhaseLimit = PhaseLimit(timeout=0, max_tries=None)
     prepare: PhaseLimit = PhaseLimit(timeout=300, max_tries=3)
     pulling: PhaseLimit = PhaseLimit(timeout=900, max_tries=3)
     start: PhaseLimit = PhaseLimit(timeout=300, max_tries=3)
     creating: PhaseLimit = PhaseLimit(timeout=300, max_tries=3)
-    terminate: PhaseLimit = PhaseLimit(timeout=120, max_tries=1_000_000)
+    terminate: PhaseLimit = PhaseLimit(timeout=120, max_tries=None)
 
     def get(self, phase: str) -> PhaseLimit:
         limit: PhaseLimit = getattr(self, phase)
         return limit
 
 
+class MaintenanceSettings(_Strict):
+    """Self-healing, in seconds: a kernel left this long in a transient status (or missing from its
+    agent's heartbeat) is reconciled with its agent; an agent silent this long is DOWN and its
+    kernels fail with AGENT_TRANSIENT."""
+
+    reconcile_after: float = Field(10.0, gt=0)
+    agent_lost_timeout: float = Field(30.0, gt=0)
+
+
 SECTIONS: dict[str, type[_Strict]] = {
     "manager/loops": LoopSettings,
     "manager/phases": PhaseSettings,
+    "manager/maintenance": MaintenanceSettings,
 }
 
 
@@ -65,6 +75,7 @@ class ClusterConfig:
     def __init__(self) -> None:
         self.loops = LoopSettings()
         self.phases = PhaseSettings()
+        self.maintenance = MaintenanceSettings()
         self._listeners: list[Callable[[str], None]] = []
 
     def on_change(self, listener: Callable[[str], None]) -> None:

@@ -127,6 +127,8 @@ class Agent(Base):
     last_heartbeat_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
     schedulable: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("true"))
     max_kernels: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The kernels the agent reported running in its last heartbeat (for reconciliation).
+    running_kernels: Mapped[list[str]] = mapped_column(JSONB, nullable=False, server_default=EMPTY_LIST)
     first_contact_at: Mapped[dt.datetime] = created_at_column()
 
 
@@ -213,6 +215,8 @@ class SessionSchedulingHistory(Base):
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
     attempt: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     created_at: Mapped[dt.datetime] = created_at_column()
+    # Set when later runs with the same handler, outcome and statuses were merged into this row.
+    updated_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
 
 
 class KernelSchedulingHistory(Base):

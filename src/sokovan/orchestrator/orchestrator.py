@@ -16,6 +16,7 @@ from sokovan.common.rpc import AgentRPCClient
 from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.locks import CycleLock
 from sokovan.orchestrator.loop import CoordinatorLoop
+from sokovan.orchestrator.maintenance.coordinator import MaintenanceCoordinator
 from sokovan.orchestrator.schedule.coordinator import Handler, ScheduleCoordinator
 from sokovan.orchestrator.schedule.handlers.lifecycle.prepare_sessions import PrepareSessions
 from sokovan.orchestrator.schedule.handlers.lifecycle.schedule_new_sessions import ScheduleNewSessions
@@ -60,7 +61,16 @@ class SokovanOrchestrator:
                     on_moved=functools.partial(self.hint, ScheduleCoordinator.name),
                 )
                 for lane in self.schedule.lanes
-            ]
+            ],
+            MaintenanceCoordinator.name: [
+                CoordinatorLoop(
+                    MaintenanceCoordinator.name,
+                    MaintenanceCoordinator(engine, rpc, config, CycleLock(engine)).cycle,
+                    long_interval=lambda: config.loops.long_cycle_interval,
+                    # What it changed (failed kernels, repaired leaks) is the sessions' business.
+                    on_moved=functools.partial(self.hint, ScheduleCoordinator.name),
+                )
+            ],
         }
 
     def hint(self, coordinator: str) -> None:

@@ -37,6 +37,9 @@ class Route:
     params: Sequence[Param] = ()
     auth: bool = True
     admin: bool = False
+    # The media type of the success responses (`text/event-stream` for `GET /v2/events`: each
+    # message's data is one instance of the response model; `text/plain` for `/metrics`).
+    media_type: str = "application/json"
 
 
 SESSION_ID = Param("id", "path", "session id (UUID)", {"type": "string", "format": "uuid"}, True)
@@ -76,13 +79,16 @@ def build_document(routes: Sequence[Route], version: str) -> dict[str, Any]:
             }
         for status, model in route.responses.items():
             entry: dict[str, Any] = {"description": _reason(status)}
+            media = route.media_type if status < 400 else "application/json"
             if isinstance(model, tuple):
                 one_of = [ref(m, "serialization") for m in model]
-                entry["content"] = {"application/json": {"schema": {"oneOf": one_of}}}
+                entry["content"] = {media: {"schema": {"oneOf": one_of}}}
             elif model is not None:
-                entry["content"] = {"application/json": {"schema": ref(model, "serialization")}}
+                entry["content"] = {media: {"schema": ref(model, "serialization")}}
             elif status >= 400:
                 entry["content"] = {"application/problem+json": {"schema": problem}}
+            elif media != "application/json":
+                entry["content"] = {media: {"schema": {"type": "string"}}}
             op["responses"][str(status)] = entry
         errors = [400, 401, 404, 422, 500] if route.auth else [500]
         if route.admin:

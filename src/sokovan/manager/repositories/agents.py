@@ -56,6 +56,7 @@ async def record_heartbeats(engine: AsyncEngine, beats: Sequence[AgentHeartbeat]
                     "heartbeat_seq": hb.seq,
                     "last_heartbeat_at": now,
                     "max_kernels": hb.max_kernels,
+                    "running_kernels": hb.running_kernels,
                 }
             )
         if not rows:
@@ -73,6 +74,7 @@ async def record_heartbeats(engine: AsyncEngine, beats: Sequence[AgentHeartbeat]
                 "heartbeat_seq": excluded.heartbeat_seq,
                 "last_heartbeat_at": excluded.last_heartbeat_at,
                 "max_kernels": excluded.max_kernels,
+                "running_kernels": excluded.running_kernels,
                 "status": case((Agent.status.in_(_HELD), Agent.status), else_=excluded.status),
             },
             where=or_(Agent.boot_id != excluded.boot_id, Agent.heartbeat_seq < excluded.heartbeat_seq),

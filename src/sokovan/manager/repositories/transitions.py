@@ -126,12 +126,57 @@ async def apply_session_transitions(
             session_rows,
         )
     if history_rows:
-        await conn.execute(insert(SessionSchedulingHistory), history_rows)
+        await _record_history(conn, history_rows, now)
     for (kernel_to, kernel_expected), session_ids in kernel_moves.items():
         await move_kernels_of_sessions(
             conn, session_ids, kernel_expected, kernel_to, source="session", now=now
         )
     return out
+
+
+_MERGE_KEY = ("handler", "result", "from_status", "to_status")
+
+
+async def _record_history(conn: AsyncConnection, rows: list[dict[str, Any]], now: dt.datetime) -> None:
+    """Insert history rows, merging each into its session's latest row when that row has the same
+    handler, outcome and statuses (a run repeating itself): the attempt counter goes up and the
+    message and time are the latest, so a session retried 50 times has one row saying so."""
+    latest = await conn.execute(
+        select(
+            SessionSchedulingHistory.id,
+            SessionSchedulingHistory.session_id,
+            SessionSchedulingHistory.attempt,
+            *(getattr(SessionSchedulingHistory, k) for k in _MERGE_KEY),
+        )
+        .where(SessionSchedulingHistory.session_id.in_({r["session_id"] for r in rows}))
+        .distinct(SessionSchedulingHistory.session_id)
+        .order_by(SessionSchedulingHistory.session_id, SessionSchedulingHistory.id.desc())
+    )
+    last = {r.session_id: r for r in latest}
+    merges: list[dict[str, Any]] = []
+    inserts: list[dict[str, Any]] = []
+    for row in rows:
+        prev = last.get(row["session_id"])
+        if prev is not None and all(getattr(prev, k) == row[k] for k in _MERGE_KEY):
+            merges.append(
+                {
+                    "b_id": prev.id,
+                    "b_attempt": max(prev.attempt + 1, row["attempt"]),
+                    "b_message": row["message"],
+                }
+            )
+        else:
+            inserts.append(row)
+    if merges:
+        await conn.execute(
+            update(SessionSchedulingHistory)
+            .where(SessionSchedulingHistory.id == bindparam("b_id"))
+            .values(attempt=bindparam("b_attempt"), message=bindparam("b_message"), updated_at=now)
+            .execution_options(synchronize_session=False),
+            merges,
+        )
+    if inserts:
+        await conn.execute(insert(SessionSchedulingHistory), inserts)
 
 
 def _keep_or_set() -> Any:

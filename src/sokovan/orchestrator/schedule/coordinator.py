@@ -1,7 +1,7 @@
 """ScheduleCoordinator: runs the session handlers and applies what they report.
 
 Handlers only say success / failure / skip. The coordinator judges failures (NEED_RETRY or
-GIVE_UP, by `classify_failure`) and waits (EXPIRED, by `is_expired`), then applies the handler's
+GIVE_UP or EXPIRED, by `classify`) and waits (EXPIRED, by `is_expired`), then applies the handler's
 transition table through guarded, batched writes with history (`apply_session_transitions`).
 """
 
@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sokovan.common.types import FailureCause, KernelStatus, SchedulingResult, SessionStatus
 from sokovan.config.cluster import ClusterConfig
 from sokovan.manager.repositories.transitions import SessionTransition, apply_session_transitions
-from sokovan.orchestrator.classify import classify_failure, is_expired
+from sokovan.orchestrator.classify import Limits, PhaseState, classify, is_expired
 from sokovan.orchestrator.handler_types import (
     HandlerResult,
     LifecycleHandler,
@@ -119,10 +119,22 @@ class ScheduleCoordinator:
                 kernel_expected=kernel_guard,
                 info=result.success_info.get(sid),
             )
+        limits = Limits(max_tries=limit.max_tries, timeout=limit.timeout)
         for sid, message in result.failures.items():
-            verdict = classify_failure(by_id[sid].phase_attempts, limit.max_tries)
-            to = table.give_up if verdict is SchedulingResult.GIVE_UP else table.need_retry
-            add(sid, verdict, to, message=message, bump=True, info=_give_up_info(verdict, message, to))
+            session = by_id[sid]
+            if session.status == SessionStatus.PENDING:
+                limits = Limits(max_tries=limit.max_tries, timeout=session.pending_timeout)
+            verdict = classify(PhaseState(session.phase_attempts + 1, session.status_changed_at), limits, now)
+            to = {
+                SchedulingResult.GIVE_UP: table.give_up,
+                SchedulingResult.EXPIRED: table.expired,
+            }.get(verdict, table.need_retry)
+            info: dict[str, Any] | None
+            if verdict is SchedulingResult.EXPIRED:
+                info = _timeout_info(session, message)
+            else:
+                info = _give_up_info(verdict, message, to)
+            add(sid, verdict, to, message=message, bump=True, info=info)
         for sid, info in result.rejected.items():
             add(sid, SchedulingResult.GIVE_UP, table.give_up, message=info.get("message"), info=info)
         attempted = set(result.successes) | set(result.failures) | set(result.rejected)

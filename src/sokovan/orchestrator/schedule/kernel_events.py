@@ -64,6 +64,9 @@ def _plan(event: KernelEvent) -> tuple[frozenset[KernelStatus], KernelStatus, di
     if event.reason == "exited" and event.exit_code not in (0, None):
         message = f"kernel exited with code {event.exit_code}"
         return _LIVE, K.ERROR, code | _failure(FailureCause.KERNEL_NONZERO_EXIT, message)
+    if event.reason == "lost":
+        message = f"agent {event.agent_id} does not run the kernel any more"
+        return _LIVE, K.ERROR, code | _failure(FailureCause.AGENT_TRANSIENT, message)
     if event.reason == "unknown":
         # Agents say "unknown" only in answer to a destroy we sent; it may overtake our own
         # write of TERMINATING, so it ends the kernel from any live status.

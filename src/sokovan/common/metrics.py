@@ -1,0 +1,46 @@
+"""Prometheus metrics, module-level objects in the default registry (served by `GET /metrics`).
+
+Increment them where the thing happens, e.g.::
+
+    from sokovan.common import metrics
+    metrics.SESSION_TRANSITIONS.labels(from_status="PENDING", to_status="SCHEDULED").inc()
+    with metrics.CYCLE_SECONDS.labels(lane="schedule").time():
+        ...
+"""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, Counter, Histogram, generate_latest
+
+# The text format `generate_latest()` writes (spelled out: CONTENT_TYPE_LATEST moved to 1.0.0 in 0.22+).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+SLOT_DRIFT = Counter(
+    "sokovan_slot_drift_total",
+    "Agents whose occupied slots disagreed with the sum of their live kernels and were corrected",
+)
+SESSION_TRANSITIONS = Counter(
+    "sokovan_session_transitions_total",
+    "Session status transitions applied",
+    ["from_status", "to_status"],
+)
+HANDLER_RUNS = Counter(
+    "sokovan_handler_runs_total",
+    "Scheduling handler runs, by handler and result",
+    ["handler", "result"],
+)
+CYCLE_SECONDS = Histogram(
+    "sokovan_cycle_seconds",
+    "Duration of one coordinator cycle, by lane",
+    ["lane"],
+)
+EVENTS_CONSUMED = Counter(
+    "sokovan_agent_events_total",
+    "Agent events consumed from the event bus, by event name",
+    ["name"],
+)
+
+
+def exposition() -> bytes:
+    """The default registry in the Prometheus text format (`CONTENT_TYPE`)."""
+    return generate_latest(REGISTRY)

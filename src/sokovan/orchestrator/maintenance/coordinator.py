@@ -1,0 +1,42 @@
+"""MaintenanceCoordinator: the long-cycle lane that keeps the cluster honest.
+
+Each cycle: agents that stopped heartbeating go DOWN and their kernels fail; kernels whose events
+seem lost are reconciled with their agents; live kernels of ended sessions are ended and counted
+as drift. Runs under its own cluster-wide lock, like every periodic task."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from sokovan.common.rpc import AgentRPCClient
+from sokovan.config.cluster import ClusterConfig
+from sokovan.orchestrator.locks import CycleLock
+from sokovan.orchestrator.maintenance.leak_repair import LeakRepair
+from sokovan.orchestrator.maintenance.lost_agents import LostAgentSweeper
+from sokovan.orchestrator.maintenance.reconciler import KernelReconciler
+
+
+class MaintenanceCoordinator:
+    name = "maintenance"
+
+    def __init__(
+        self, engine: AsyncEngine, rpc: AgentRPCClient, config: ClusterConfig, lock: CycleLock | None = None
+    ) -> None:
+        self._config = config
+        self._lock = lock
+        self.lost_agents = LostAgentSweeper(engine)
+        self.reconciler = KernelReconciler(engine, rpc)
+        self.leaks = LeakRepair(engine, rpc)
+
+    async def cycle(self) -> bool:
+        if self._lock is not None:
+            async with self._lock.hold(self.name) as acquired:
+                return await self._cycle() if acquired else False
+        return await self._cycle()
+
+    async def _cycle(self) -> bool:
+        settings = self._config.maintenance
+        lost = await self.lost_agents.run(settings.agent_lost_timeout)
+        await self.reconciler.run(settings.reconcile_after)
+        repaired = await self.leaks.run()
+        return bool(lost) or bool(repaired)

@@ -1,0 +1,70 @@
+"""Agents that stopped heartbeating: DOWN, and their kernels fail with AGENT_TRANSIENT.
+
+This is the minimal piece of the node lifecycle that sessions need in order never to hang on a
+dead agent; a heartbeat from it again makes it READY (the heartbeat upsert does that)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import structlog
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from sokovan.common.types import AgentStatus, FailureCause, KernelStatus
+from sokovan.db.models import Agent, Kernel
+from sokovan.manager.repositories.transitions import KernelTransition, apply_kernel_transitions
+
+log = structlog.get_logger(__name__)
+_HELD_ON = [AgentStatus.READY.value, AgentStatus.DEGRADED.value]
+
+
+class LostAgentSweeper:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def run(self, lost_timeout: float) -> list[str]:
+        """Returns the agents found lost in this run."""
+        now = dt.datetime.now(dt.UTC)
+        async with self._engine.begin() as conn:
+            lost = list(
+                (
+                    await conn.execute(
+                        update(Agent)
+                        .where(
+                            Agent.status.in_(_HELD_ON),
+                            Agent.last_heartbeat_at < now - dt.timedelta(seconds=lost_timeout),
+                        )
+                        .values(status=AgentStatus.DOWN.value, status_changed_at=now)
+                        .returning(Agent.id)
+                    )
+                ).scalars()
+            )
+            if not lost:
+                return []
+            live = [s.value for s in KernelStatus.non_terminal() - {KernelStatus.PENDING}]
+            kernels = (
+                await conn.execute(
+                    select(Kernel.id, Kernel.agent_id).where(
+                        Kernel.agent_id.in_(lost), Kernel.status.in_(live)
+                    )
+                )
+            ).all()
+            transitions = [
+                KernelTransition(
+                    kernel_id=k.id,
+                    expected=KernelStatus.non_terminal(),
+                    to_status=KernelStatus.ERROR,
+                    source="maintenance.lost_agent",
+                    agent_id=k.agent_id,
+                    status_info={
+                        "cause": FailureCause.AGENT_TRANSIENT.value,
+                        "message": f"agent {k.agent_id} stopped answering",
+                    },
+                    message=f"agent {k.agent_id} stopped answering",
+                )
+                for k in kernels
+            ]
+            await apply_kernel_transitions(conn, transitions)
+        log.warning("agents.lost", agents=lost, kernels_failed=len(transitions))
+        return lost
