@@ -54,7 +54,7 @@ async def reconcile_and_collect(
     assert accepted.accepted == [i.kernel_id for i in items]
     sentinel = spec("true", image="python:3")
     await client.check_and_pull(rpc_addr, [sentinel], agent_id=agent_id)
-    await events.wait_kernel("kernel.prepared", sentinel.kernel_id)
+    await events.wait_kernel("kernel.pulling", sentinel.kernel_id)
     wanted = {i.kernel_id for i in items}
     after = [e for e in events.seen[start:] if getattr(e, "kernel_id", None) in wanted]
     assert sorted(getattr(e, "kernel_id", "") for e in after) == sorted(wanted)

@@ -136,7 +136,9 @@ async def test_create_wait_exits_1_when_cancelled(api: Api, cli_env: dict[str, s
         await conn.execute(
             update(Session).where(Session.id == sid).values(status_info={"pending_reason": "0/2 agents fit"})
         )
-    await asyncio.sleep(0.6)
+    # A reason written straight to the table comes with no event: --wait sees it when it re-reads
+    # the session (every RESYNC_INTERVAL = 2 s while it follows the event stream).
+    await asyncio.sleep(3.0)
     assert (await api.client.delete(f"/v2/sessions/{sid}", headers=api.alice)).status == 202
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 1, err.decode()

@@ -12,7 +12,10 @@ import datetime as dt
 from collections.abc import Sequence
 
 import redis.asyncio as aioredis
+import structlog
 from pydantic import BaseModel, ConfigDict, Field
+
+log = structlog.get_logger(__name__)
 
 
 def user_events_channel(prefix: str) -> str:
@@ -37,6 +40,16 @@ class UserEvent(BaseModel):
 
     def wire(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=True)
+
+
+async def publish(publisher: UserEventPublisher | None, events: Sequence[UserEvent]) -> None:
+    """Publish after the fact: a lost user event never fails the transition it reports."""
+    if publisher is None or not events:
+        return
+    try:
+        await publisher.publish_many(events)
+    except Exception:
+        log.warning("user_events.publish_failed", count=len(events), exc_info=True)
 
 
 class UserEventPublisher:

@@ -13,12 +13,25 @@ from typing import Any, TypeVar
 
 import click
 
-from sokovan.cli.client import ApiClient, ApiError, ApiUnreachable
+from sokovan.cli.client import (
+    ApiClient,
+    ApiError,
+    ApiUnreachable,
+    EventStream,
+    SseMessage,
+    StreamEnded,
+    StreamUnavailable,
+)
 from sokovan.cli.common import load_or_exit
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-POLL_INTERVAL = 0.2
+POLL_INTERVAL = 0.2  # without an event stream: how often --wait polls the session
+RESYNC_INTERVAL = 2.0  # with one: how often the session is re-read all the same
+MAX_REOPENS = 5  # event streams that broke and were reopened before falling back to polling
+OVERLAP_SKEW = dt.timedelta(seconds=2)  # clock skew allowed between the server and the history
+DEDUP_WINDOW = 10.0  # seconds: a history row and an event this close are one transition
+CATCH_UP_TRIES = 10  # reads of the session after the event that ended the wait
 TERMINAL = frozenset({"TERMINATED", "ERROR", "CANCELLED"})
 
 
@@ -162,6 +175,27 @@ def create(
     sys.exit(_exit_code(final))
 
 
+@session.command()
+@click.argument("session_id")
+@click.option("--to-end", "to_end", is_flag=True, help="Keep following a RUNNING session until it ends.")
+@click.option("--json", "as_json", is_flag=True, help="Print the final session as JSON (the rest to stderr).")
+@api_options
+def watch(
+    session_id: str, to_end: bool, as_json: bool, api_url: str | None, token: str | None, config: str | None
+) -> None:
+    """Follow a session's transitions as they happen, until RUNNING or a terminal status.
+
+    Exits 0 when it is RUNNING or ended with result SUCCESS (or none), 1 otherwise."""
+    client = _client(api_url, token, config)
+    with _api_errors():
+        current = client.get(_sid(session_id))
+        click.echo(f"session {current['id']} ({current['name']}): {current['status']}", err=as_json)
+        final = _follow(client, current["id"], err=as_json, until_end=to_end)
+    if as_json:
+        _dump(final)
+    sys.exit(_exit_code(final))
+
+
 def _print_dry_run(answer: dict[str, Any], as_json: bool) -> None:
     if as_json:
         _dump(answer)
@@ -171,37 +205,188 @@ def _print_dry_run(answer: dict[str, Any], as_json: bool) -> None:
         click.echo(f"not placeable now: {answer['pending_reason']} (dry run: nothing was created)")
 
 
-def _follow(client: ApiClient, session_id: str, *, err: bool) -> dict[str, Any]:
-    """Follow until RUNNING or terminal, printing every transition the session went through.
+def _follow(client: ApiClient, session_id: str, *, err: bool, until_end: bool = False) -> dict[str, Any]:
+    """Follow until RUNNING (unless `until_end`) or terminal, printing every transition.
 
-    Transitions come from the scheduling history, so none is missed even when a session passes
-    several statuses between two polls; a new pending reason is printed when it changes.
+    The event stream is opened first, then the transitions already in the scheduling history are
+    printed, then those the stream brings as they happen, so none is missed or printed twice.
+    The session is also re-read every `RESYNC_INTERVAL` seconds (a pending reason that changed,
+    an event the live stream lost); without a stream (an older server, a proxy) it is polled
+    every `POLL_INTERVAL` seconds instead, as before.
     """
-    seen = 0
-    last_reason: str | None = None
+    follower = _Follower(client, session_id, err=err, until_end=until_end)
     try:
-        while True:
-            current: dict[str, Any] = client.get(_sid(session_id))
-            rows = client.paged(_sid(session_id) + "/history", limit=500)
-            for row in rows[seen:]:
-                if row.get("from_status") != row.get("to_status"):
-                    stamp = str(row.get("created_at", ""))[11:19]
-                    click.echo(
-                        f"{stamp}  {row['from_status']} -> {row['to_status']}  ({row['handler']})", err=err
-                    )
-            seen = len(rows)
-            status = current["status"]
-            reason = (current.get("status_info") or {}).get("pending_reason") if status == "PENDING" else None
-            if reason and reason != last_reason:
-                click.echo(f"{dt.datetime.now():%H:%M:%S}  PENDING  {reason}", err=err)
-            last_reason = reason
-            if status == "RUNNING" or status in TERMINAL:
-                click.echo(f"{dt.datetime.now():%H:%M:%S}  {_describe(current)}", err=err)
-                return current
-            time.sleep(POLL_INTERVAL)
+        return follower.run()
     except KeyboardInterrupt:
         click.echo("stopped following; the session goes on", err=True)
         sys.exit(130)
+    finally:
+        follower.close()
+
+
+Transition = tuple[str, str]
+
+
+class _Follower:
+    def __init__(self, client: ApiClient, session_id: str, *, err: bool, until_end: bool) -> None:
+        self._client = client
+        self._sid = session_id
+        self._err = err
+        self._until_end = until_end
+        self._stream: EventStream | None = None
+        self._reopens = 0
+        # History rows at or after this may come on the stream as well (None: no stream yet).
+        self._overlap_since: dt.datetime | None = None
+        self._rows_seen = 0
+        self._last_reason: str | None = None
+        # Printed from one source, maybe still to come from the other: (transition, time).
+        self._from_history: list[tuple[Transition, dt.datetime | None]] = []
+        self._from_stream: list[tuple[Transition, dt.datetime | None]] = []
+
+    def _done(self, status: str | None) -> bool:
+        return status in TERMINAL or (status == "RUNNING" and not self._until_end)
+
+    def _echo(self, text: str) -> None:
+        click.echo(text, err=self._err)
+
+    def run(self) -> dict[str, Any]:
+        self._open()
+        while True:
+            current = self._resync()
+            if self._done(current["status"]):
+                return self._finish(current)
+            deadline = time.monotonic() + (RESYNC_INTERVAL if self._stream else POLL_INTERVAL)
+            while self._stream is not None and (left := deadline - time.monotonic()) > 0:
+                try:
+                    message = self._stream.get(left)
+                except StreamEnded:
+                    self._stream.close()
+                    self._stream = None
+                    if self._reopens < MAX_REOPENS:
+                        self._reopens += 1
+                        self._open()
+                    break  # re-read at once: something may have happened while it was down
+                if message is None:
+                    break
+                status = self._on_event(message)
+                if self._done(status):
+                    return self._finish_after_event(str(status))
+            if self._stream is None:
+                time.sleep(max(0.0, deadline - time.monotonic()))
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    def _open(self) -> None:
+        try:
+            self._stream = self._client.events(session_id=self._sid)
+        except StreamUnavailable:
+            self._stream = None
+            return
+        # Rows written a little before the server answered may still be on their way as events.
+        since = self._stream.opened_at - OVERLAP_SKEW
+        self._overlap_since = since if self._overlap_since is None else min(self._overlap_since, since)
+
+    def _resync(self) -> dict[str, Any]:
+        current: dict[str, Any] = self._client.get(_sid(self._sid))
+        rows = self._client.paged(_sid(self._sid) + "/history", limit=500)
+        for row in rows[self._rows_seen :]:
+            src, dst = row.get("from_status"), row.get("to_status")
+            if not src or not dst or src == dst:
+                continue
+            at = _parse_time(row.get("created_at"))
+            if _take((src, dst), at, self._from_stream):
+                continue  # already printed from the stream
+            self._echo(f"{_clock(row.get('created_at'))}  {src} -> {dst}  ({row['handler']})")
+            if self._overlap_since is not None and (at is None or at >= self._overlap_since):
+                self._from_history.append(((src, dst), at))
+        self._rows_seen = len(rows)
+        status = current["status"]
+        info = current.get("status_info") or {}
+        reason = info.get("pending_reason") if status == "PENDING" else None
+        if reason and reason != self._last_reason:
+            self._echo(f"{dt.datetime.now():%H:%M:%S}  PENDING  {reason}")
+        self._last_reason = reason
+        return current
+
+    def _on_event(self, message: SseMessage) -> str | None:
+        """Print a session.status event; the status it reached (None for other events)."""
+        if message.event != "session.status":
+            return None
+        try:
+            data = message.json()
+        except ValueError:
+            return None
+        if not isinstance(data, dict):
+            return None
+        src, dst = data.get("from"), data.get("to")
+        detail: dict[str, Any] = data["detail"] if isinstance(data.get("detail"), dict) else {}
+        reason = detail.get("pending_reason") or None
+        if not isinstance(dst, str):
+            return None
+        if not isinstance(src, str) or src == dst:  # no move: maybe a new reason to wait
+            if dst == "PENDING" and reason and reason != self._last_reason:
+                self._echo(f"{_clock(data.get('at'))}  PENDING  {reason}")
+                self._last_reason = reason
+            return dst
+        at = _parse_time(data.get("at"))
+        if not _take((src, dst), at, self._from_history):
+            line = f"{_clock(data.get('at'))}  {src} -> {dst}"
+            if dst == "PENDING" and reason:
+                line += f"  {reason}"
+            elif detail.get("handler"):
+                line += f"  ({detail['handler']})"
+            self._echo(line)
+            self._from_stream.append(((src, dst), at))
+        self._last_reason = reason if dst == "PENDING" else None
+        return dst
+
+    def _finish(self, current: dict[str, Any]) -> dict[str, Any]:
+        self._echo(f"{dt.datetime.now():%H:%M:%S}  {_describe(current)}")
+        return current
+
+    def _finish_after_event(self, status: str) -> dict[str, Any]:
+        """The session as the API shows it now; it reached `status` before the event was sent."""
+        current: dict[str, Any] = {}
+        for attempt in range(CATCH_UP_TRIES):
+            if attempt:
+                time.sleep(POLL_INTERVAL)
+            current = self._client.get(_sid(self._sid))
+            if self._done(current["status"]):
+                return self._finish(current)
+        # A reader that lags behind the writer: trust the event.
+        return self._finish({**current, "status": status})
+
+
+def _take(
+    transition: Transition, at: dt.datetime | None, pending: list[tuple[Transition, dt.datetime | None]]
+) -> bool:
+    """Remove and confirm the first `pending` entry that is the same transition at about `at`."""
+    for i, (other, other_at) in enumerate(pending):
+        if other != transition:
+            continue
+        if at is None or other_at is None or abs((at - other_at).total_seconds()) <= DEDUP_WINDOW:
+            del pending[i]
+            return True
+    return False
+
+
+def _parse_time(value: Any) -> dt.datetime | None:
+    try:
+        stamp = dt.datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=dt.UTC)
+
+
+def _clock(value: Any) -> str:
+    """HH:MM:SS of an API timestamp, in local time."""
+    stamp = _parse_time(value)
+    if stamp is None:
+        return str(value)[11:19]
+    return f"{stamp.astimezone():%H:%M:%S}"
 
 
 def _describe(s: dict[str, Any]) -> str:

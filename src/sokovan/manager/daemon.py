@@ -17,6 +17,7 @@ from aiohttp import web
 
 from sokovan.bus.hints import HintPublisher, listen_hints
 from sokovan.bus.streams import EventConsumer
+from sokovan.bus.user_events import UserEventPublisher
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.settings import Settings
 from sokovan.config.cluster import ClusterConfig, EtcdConfigWatcher
@@ -43,13 +44,14 @@ async def run_manager(
     config = ClusterConfig()
     watcher = EtcdConfigWatcher(etcd, settings.etcd_prefix, config)
     await watcher.load()
-    orchestrator = SokovanOrchestrator(engine, rpc, config)
+    events = UserEventPublisher(redis, settings.etcd_prefix)
+    orchestrator = SokovanOrchestrator(engine, rpc, config, events)
     consumer = EventConsumer(
         redis,
         settings.etcd_prefix,
         settings.cluster_secret,
         consumer=f"{socket.gethostname()}-{os.getpid()}",
-        handler=EventDispatcher(engine, hints),
+        handler=EventDispatcher(engine, hints, events),
     )
     ctx = ManagerContext(settings=settings, engine=engine, redis=redis, etcd=etcd, hints=hints, rpc=rpc)
     runner = web.AppRunner(create_app(ctx), access_log=None)

@@ -6,6 +6,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.bus.hints import HintPublisher
+from sokovan.bus.user_events import UserEventPublisher, publish
 from sokovan.common.events import KERNEL_EVENT_TYPES, AgentEvent, AgentHeartbeat, AgentStopping
 from sokovan.manager.context import SCHEDULE
 from sokovan.manager.repositories.agents import record_heartbeats
@@ -15,9 +16,12 @@ log = structlog.get_logger(__name__)
 
 
 class EventDispatcher:
-    def __init__(self, engine: AsyncEngine, hints: HintPublisher) -> None:
+    def __init__(
+        self, engine: AsyncEngine, hints: HintPublisher, events: UserEventPublisher | None = None
+    ) -> None:
         self._engine = engine
         self._hints = hints
+        self._events = events
         self._kernels = KernelEventApplier(engine)
 
     async def __call__(self, events: list[AgentEvent]) -> None:
@@ -33,7 +37,10 @@ class EventDispatcher:
         for event in events:
             if isinstance(event, AgentStopping):
                 log.info("agent.stopping", agent_id=event.agent_id)
-        if kernel_events and await self._kernels.apply_many(kernel_events):
-            hint = True
+        if kernel_events:
+            moved = await self._kernels.apply_many(kernel_events)
+            if moved:
+                hint = True
+                await publish(self._events, [m.event() for m in moved])
         if hint:
             await self._hints.hint(SCHEDULE)

@@ -12,6 +12,7 @@ import functools
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from sokovan.bus.user_events import UserEventPublisher
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.locks import CycleLock
@@ -47,9 +48,17 @@ def session_handlers(engine: AsyncEngine, rpc: AgentRPCClient) -> list[Handler]:
 
 
 class SokovanOrchestrator:
-    def __init__(self, engine: AsyncEngine, rpc: AgentRPCClient, config: ClusterConfig) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        rpc: AgentRPCClient,
+        config: ClusterConfig,
+        events: UserEventPublisher | None = None,
+    ) -> None:
         self.config = config
-        self.schedule = ScheduleCoordinator(engine, config, session_lanes(engine, rpc), CycleLock(engine))
+        self.schedule = ScheduleCoordinator(
+            engine, config, session_lanes(engine, rpc), CycleLock(engine), events=events
+        )
         self.loops: dict[str, list[CoordinatorLoop]] = {
             ScheduleCoordinator.name: [
                 CoordinatorLoop(
@@ -65,7 +74,7 @@ class SokovanOrchestrator:
             MaintenanceCoordinator.name: [
                 CoordinatorLoop(
                     MaintenanceCoordinator.name,
-                    MaintenanceCoordinator(engine, rpc, config, CycleLock(engine)).cycle,
+                    MaintenanceCoordinator(engine, rpc, config, CycleLock(engine), events).cycle,
                     long_interval=lambda: config.loops.long_cycle_interval,
                     # What it changed (failed kernels, repaired leaks) is the sessions' business.
                     on_moved=functools.partial(self.hint, ScheduleCoordinator.name),

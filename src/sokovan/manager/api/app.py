@@ -8,7 +8,16 @@ from typing import Any
 
 from aiohttp import web
 
-from sokovan.manager.api import agents, health, keypairs, policies, scaling_groups, sessions
+from sokovan.manager.api import (
+    agents,
+    events,
+    health,
+    keypairs,
+    metrics,
+    policies,
+    scaling_groups,
+    sessions,
+)
 from sokovan.manager.api.auth import CTX_KEY, auth_middleware
 from sokovan.manager.api.common import CONTROLLER_KEY
 from sokovan.manager.api.openapi import Route, build_document
@@ -31,7 +40,9 @@ def all_routes() -> list[Route]:
         *policies.ROUTES,
         *scaling_groups.ROUTES,
         *agents.ROUTES,
+        *events.ROUTES,
         *health.ROUTES,
+        *metrics.ROUTES,
         own,
     ]
 
@@ -47,6 +58,7 @@ def create_app(ctx: ManagerContext) -> web.Application:
     app = web.Application(middlewares=[problem_middleware, auth_middleware])
     app[CTX_KEY] = ctx
     app[CONTROLLER_KEY] = SchedulingController(ctx)
+    events.setup(app)
     routes = all_routes()
     app[OPENAPI_KEY] = build_document(routes, _version())
     for route in routes:

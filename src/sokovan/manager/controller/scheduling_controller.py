@@ -20,6 +20,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from sokovan.bus.user_events import UserEventPublisher, publish
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import (
     FailureCause,
@@ -67,6 +68,7 @@ class SchedulingController:
     def __init__(self, ctx: ManagerContext) -> None:
         self._ctx = ctx
         self._capacity = CapacityCache()
+        self._events = UserEventPublisher(ctx.redis, ctx.settings.etcd_prefix)
         self._hint_pending: asyncio.Task[None] | None = None
 
     # -- create -------------------------------------------------------------------------------
@@ -236,6 +238,7 @@ class SchedulingController:
                 if applied.applied:
                     await self._audit(conn, principal, "session.terminate", session_id, {"forced": forced})
             if applied.applied:
+                await publish(self._events, applied.events())
                 await self._hint()
                 return
         log.warning("terminate stayed stale after a retry", session_id=str(session_id))

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import bindparam, case, func, insert, select, update
+from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from sokovan.bus.user_events import UserEvent
 from sokovan.common.types import KernelStatus, SchedulingResult, SessionResult, SessionStatus
 from sokovan.db.models import Kernel, KernelSchedulingHistory, Session, SessionSchedulingHistory
 
@@ -54,6 +56,20 @@ class AppliedTransitions:
     stale: list[uuid.UUID] = field(default_factory=list)
     # session id → (from, to) for the sessions whose status actually changed
     moved: dict[uuid.UUID, tuple[SessionStatus, SessionStatus]] = field(default_factory=dict)
+    # session id → owner (user id), for the sessions that moved
+    owners: dict[uuid.UUID, str] = field(default_factory=dict)
+
+    def events(self) -> list[UserEvent]:
+        return [
+            UserEvent(
+                name="session.status",
+                session_id=str(sid),
+                from_status=src.value,
+                to_status=dst.value,
+                owner=self.owners.get(sid),
+            )
+            for sid, (src, dst) in self.moved.items()
+        ]
 
 
 async def apply_session_transitions(
@@ -64,11 +80,14 @@ async def apply_session_transitions(
     if not transitions:
         return out
     ids = [t.session_id for t in transitions]
-    rows = await conn.execute(
-        select(Session.id, Session.status, Session.status_info, Session.phase_attempts)
-        .where(Session.id.in_(ids))
-        .with_for_update(key_share=True)  # FOR NO KEY UPDATE: FK checks may still pass
-    )
+    rows = (
+        await conn.execute(
+            select(Session.id, Session.status, Session.status_info, Session.phase_attempts, Session.user_id)
+            .where(Session.id.in_(ids))
+            .with_for_update(key_share=True)  # FOR NO KEY UPDATE: FK checks may still pass
+        )
+    ).all()
+    owners = {r.id: str(r.user_id) for r in rows}
     current = {r.id: (SessionStatus(r.status), dict(r.status_info or {}), r.phase_attempts) for r in rows}
     now = dt.datetime.now(dt.UTC)
     session_rows: list[dict[str, Any]] = []
@@ -105,7 +124,8 @@ async def apply_session_transitions(
         history_rows.append(_history(t, status, target, t.message, now))
         out.applied.append(t.session_id)
         if target != status:
-            out.moved[t.session_id] = (status, target)
+            out.moved[t.session_id] = (out.moved.get(t.session_id, (status, target))[0], target)
+            out.owners[t.session_id] = owners[t.session_id]
         if t.kernel_to is not None:
             kernel_moves.setdefault((t.kernel_to, t.kernel_expected), []).append(t.session_id)
         # Cache the new state so two transitions of one session in a batch chain correctly.
@@ -149,7 +169,7 @@ async def _record_history(conn: AsyncConnection, rows: list[dict[str, Any]], now
             *(getattr(SessionSchedulingHistory, k) for k in _MERGE_KEY),
         )
         .where(SessionSchedulingHistory.session_id.in_({r["session_id"] for r in rows}))
-        .distinct(SessionSchedulingHistory.session_id)
+        .ext(distinct_on(SessionSchedulingHistory.session_id))
         .order_by(SessionSchedulingHistory.session_id, SessionSchedulingHistory.id.desc())
     )
     last = {r.session_id: r for r in latest}
@@ -261,27 +281,55 @@ class KernelTransition:
     agent_id: str | None = None
 
 
+@dataclass(frozen=True)
+class KernelMove:
+    kernel_id: uuid.UUID
+    session_id: uuid.UUID
+    agent_id: str | None
+    from_status: str
+    to_status: str
+    owner: str
+
+    def event(self) -> UserEvent:
+        return UserEvent(
+            name="kernel.status",
+            session_id=str(self.session_id),
+            kernel_id=str(self.kernel_id),
+            agent_id=self.agent_id,
+            from_status=self.from_status,
+            to_status=self.to_status,
+            owner=self.owner,
+        )
+
+
 async def apply_kernel_transitions(
     conn: AsyncConnection, transitions: Sequence[KernelTransition]
-) -> list[tuple[uuid.UUID, uuid.UUID]]:
+) -> list[KernelMove]:
     """Move kernels that are still where each transition expects them (at most one transition
     per kernel). Rows are locked in id order, so concurrent batches cannot deadlock on them.
-    Returns (kernel id, session id) of the kernels that moved."""
+    Returns the kernels that moved."""
     if not transitions:
         return []
     now = dt.datetime.now(dt.UTC)
     rows = await conn.execute(
         select(
-            Kernel.id, Kernel.status, Kernel.session_id, Kernel.status_info, Kernel.agent_id, Kernel.exit_code
+            Kernel.id,
+            Kernel.status,
+            Kernel.session_id,
+            Kernel.status_info,
+            Kernel.agent_id,
+            Kernel.exit_code,
+            Session.user_id,
         )
+        .join(Session, Session.id == Kernel.session_id)
         .where(Kernel.id.in_([t.kernel_id for t in transitions]))
         .order_by(Kernel.id)
-        .with_for_update(key_share=True)  # FOR NO KEY UPDATE: FK checks may still pass
+        .with_for_update(of=Kernel, key_share=True)  # FOR NO KEY UPDATE: FK checks may still pass
     )
     current = {r.id: r for r in rows}
     updates: list[dict[str, Any]] = []
     history: list[dict[str, Any]] = []
-    moved: list[tuple[uuid.UUID, uuid.UUID]] = []
+    moved: list[KernelMove] = []
     for t in transitions:
         row = current.get(t.kernel_id)
         if row is None or KernelStatus(row.status) not in t.expected:
@@ -308,7 +356,11 @@ async def apply_kernel_transitions(
                 "created_at": now,
             }
         )
-        moved.append((t.kernel_id, row.session_id))
+        moved.append(
+            KernelMove(
+                t.kernel_id, row.session_id, row.agent_id, row.status, t.to_status.value, str(row.user_id)
+            )
+        )
     if updates:
         await conn.execute(
             update(Kernel)

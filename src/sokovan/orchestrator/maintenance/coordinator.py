@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from sokovan.bus.user_events import UserEventPublisher
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.locks import CycleLock
@@ -20,11 +21,16 @@ class MaintenanceCoordinator:
     name = "maintenance"
 
     def __init__(
-        self, engine: AsyncEngine, rpc: AgentRPCClient, config: ClusterConfig, lock: CycleLock | None = None
+        self,
+        engine: AsyncEngine,
+        rpc: AgentRPCClient,
+        config: ClusterConfig,
+        lock: CycleLock | None = None,
+        events: UserEventPublisher | None = None,
     ) -> None:
         self._config = config
         self._lock = lock
-        self.lost_agents = LostAgentSweeper(engine)
+        self.lost_agents = LostAgentSweeper(engine, events)
         self.reconciler = KernelReconciler(engine, rpc)
         self.leaks = LeakRepair(engine, rpc)
 

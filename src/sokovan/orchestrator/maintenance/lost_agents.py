@@ -11,6 +11,7 @@ import structlog
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
 from sokovan.common.types import AgentStatus, FailureCause, KernelStatus
 from sokovan.db.models import Agent, Kernel
 from sokovan.manager.repositories.transitions import KernelTransition, apply_kernel_transitions
@@ -20,8 +21,9 @@ _HELD_ON = [AgentStatus.READY.value, AgentStatus.DEGRADED.value]
 
 
 class LostAgentSweeper:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, events: UserEventPublisher | None = None) -> None:
         self._engine = engine
+        self._events = events
 
     async def run(self, lost_timeout: float) -> list[str]:
         """Returns the agents found lost in this run."""
@@ -65,6 +67,11 @@ class LostAgentSweeper:
                 )
                 for k in kernels
             ]
-            await apply_kernel_transitions(conn, transitions)
+            moved = await apply_kernel_transitions(conn, transitions)
+        await publish(
+            self._events,
+            [UserEvent(name="agent.status", agent_id=a, to_status=AgentStatus.DOWN.value) for a in lost]
+            + [m.event() for m in moved],
+        )
         log.warning("agents.lost", agents=lost, kernels_failed=len(transitions))
         return lost

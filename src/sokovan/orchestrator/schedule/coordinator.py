@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from sokovan.bus.user_events import UserEventPublisher, publish
 from sokovan.common.types import FailureCause, KernelStatus, SchedulingResult, SessionStatus
 from sokovan.config.cluster import ClusterConfig
 from sokovan.manager.repositories.transitions import SessionTransition, apply_session_transitions
@@ -53,8 +54,10 @@ class ScheduleCoordinator:
         config: ClusterConfig,
         handlers: Sequence[Handler] | Mapping[str, Sequence[Handler]],
         lock: CycleLock | None = None,
+        events: UserEventPublisher | None = None,
     ) -> None:
         self._engine = engine
+        self._events = events
         self._config = config
         self.lanes: dict[str, list[Handler]] = (
             {lane: list(hs) for lane, hs in handlers.items()}
@@ -269,6 +272,7 @@ class ScheduleCoordinator:
             return False
         async with self._engine.begin() as conn:
             applied = await apply_session_transitions(conn, transitions)
+        await publish(self._events, applied.events())
         if applied.moved:
             moves = Counter(f"{src.value}->{dst.value}" for src, dst in applied.moved.values())
             log.info("sessions.moved", **dict(moves))

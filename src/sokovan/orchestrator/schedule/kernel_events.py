@@ -18,7 +18,7 @@ from sokovan.common.events import (
     KernelTerminated,
 )
 from sokovan.common.types import FailureCause, KernelStatus
-from sokovan.manager.repositories.transitions import KernelTransition, apply_kernel_transitions
+from sokovan.manager.repositories.transitions import KernelMove, KernelTransition, apply_kernel_transitions
 
 K = KernelStatus
 KernelEvent = (
@@ -97,21 +97,21 @@ class KernelEventApplier:
 
     async def apply(self, event: KernelEvent) -> bool:
         """True when the event moved its kernel."""
-        return await self.apply_many([event]) > 0
+        return bool(await self.apply_many([event]))
 
-    async def apply_many(self, events: Sequence[KernelEvent]) -> int:
-        """Apply a batch in one transaction; returns how many kernels moved.
+    async def apply_many(self, events: Sequence[KernelEvent]) -> list[KernelMove]:
+        """Apply a batch in one transaction; returns the kernels that moved.
 
         Events of one kernel apply in their order: the batch is cut into rounds holding at most
         one event per kernel, and each round is a few set-based statements.
         """
         transitions = _coalesce([t for t in map(transition_for, events) if t is not None])
         if not transitions:
-            return 0
-        moved = 0
+            return []
+        moved: list[KernelMove] = []
         async with self._engine.begin() as conn:
             for round_ in _rounds(transitions):
-                moved += len(await apply_kernel_transitions(conn, round_))
+                moved += await apply_kernel_transitions(conn, round_)
         return moved
 
 
