@@ -30,12 +30,21 @@ from sokovan.orchestrator.schedule.handlers.promotion.promote_to_running import 
 from sokovan.orchestrator.schedule.handlers.promotion.promote_to_terminated import PromoteToTerminated
 
 
-def session_lanes(engine: AsyncEngine, rpc: AgentRPCClient) -> dict[str, list[Handler]]:
+def session_lanes(
+    engine: AsyncEngine, rpc: AgentRPCClient, config: ClusterConfig | None = None
+) -> dict[str, list[Handler]]:
     """The session handlers, grouped into lanes that run concurrently. Within a lane, the order
     lets one cycle carry a session as far as it can go."""
     return {
         # Failures and terminations first: they free resources.
-        "end": [DetectStartupFailure(), DetectTermination(), TerminateSessions(rpc), PromoteToTerminated()],
+        "end": [
+            DetectStartupFailure(),
+            DetectTermination(),
+            TerminateSessions(
+                rpc, force_after=lambda: (config or ClusterConfig()).phases.terminate.timeout / 2
+            ),
+            PromoteToTerminated(),
+        ],
         "place": [ScheduleNewSessions(engine)],
         "prepare": [PrepareSessions(rpc), PromoteToPrepared()],
         "start": [StartSessions(rpc), PromoteToRunning()],
@@ -57,7 +66,7 @@ class SokovanOrchestrator:
     ) -> None:
         self.config = config
         self.schedule = ScheduleCoordinator(
-            engine, config, session_lanes(engine, rpc), CycleLock(engine), events=events
+            engine, config, session_lanes(engine, rpc, config), CycleLock(engine), events=events
         )
         self.loops: dict[str, list[CoordinatorLoop]] = {
             ScheduleCoordinator.name: [

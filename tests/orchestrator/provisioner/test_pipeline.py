@@ -104,3 +104,15 @@ def test_a_rejected_session_is_not_placed_and_says_why() -> None:
     plan = provisioner_for(snap).plan([s], snap)
     assert plan.placements == []
     assert plan.rejected[s.id][0] == "VALIDATION_ERROR"
+
+
+def test_a_rescheduled_session_avoids_the_agent_it_failed_on_unless_it_is_the_only_one() -> None:
+    from dataclasses import replace
+
+    s = replace(session(), status_info={"avoid_agents": ["a"]})
+    both = snapshot(agent("a", used_cpu=3), agent("b"))  # concentrated alone would pick a (fuller)
+    (placement,) = provisioner_for(both).plan([s], both).placements
+    assert set(placement.kernels.values()) == {"b"}
+    only = snapshot(agent("a"))
+    (placement,) = provisioner_for(only).plan([s], only).placements
+    assert set(placement.kernels.values()) == {"a"}

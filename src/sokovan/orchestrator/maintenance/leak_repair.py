@@ -2,7 +2,10 @@
 
 Occupancy is derived from live kernels, so this is the one way slots could drift from what
 sessions use; each run ends such kernels (and asks their agents to destroy them), counts them in
-`sokovan_slot_drift_total` and logs them. In a healthy cluster the count stays 0."""
+`sokovan_slot_drift_total` and logs them. In a healthy cluster the count stays 0.
+
+The other way round, a process an agent still runs for a kernel that has ended (a destroy that
+never arrived, a manager that gave up waiting) is destroyed with SIGKILL."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import asyncio
 from collections import defaultdict
 
 import structlog
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.common.metrics import SLOT_DRIFT
@@ -22,12 +25,46 @@ from sokovan.manager.repositories.transitions import KernelTransition, apply_ker
 log = structlog.get_logger(__name__)
 
 
+# Kernels an agent's latest heartbeat still reports running although they ended (or never existed)
+# before that heartbeat: orphaned processes holding the agent's real resources.
+_ORPHANS = text(
+    """
+    SELECT a.id AS agent_id, a.rpc_addr, r.kid
+    FROM agents a CROSS JOIN LATERAL jsonb_array_elements_text(a.running_kernels) AS r(kid)
+    LEFT JOIN kernels k ON CAST(k.id AS text) = r.kid
+    WHERE a.status = 'READY'
+      AND (k.id IS NULL OR (k.status = ANY(:ended) AND k.terminated_at < a.last_heartbeat_at))
+    """
+)
+
+
 class LeakRepair:
     def __init__(self, engine: AsyncEngine, rpc: AgentRPCClient) -> None:
         self._engine = engine
         self._rpc = rpc
 
     async def run(self) -> int:
+        await self._destroy_orphans()
+        return await self._end_leaked_kernels()
+
+    async def _destroy_orphans(self) -> None:
+        ended = [s.value for s in KernelStatus.terminal()]
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(_ORPHANS, {"ended": ended})).all()
+        per_agent: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for r in rows:
+            per_agent[(r.agent_id, r.rpc_addr)].append(r.kid)
+        if per_agent:
+            log.warning("agents.orphan_kernels", kernels=len(rows), agents=len(per_agent))
+            await asyncio.gather(
+                *(
+                    self._rpc.destroy_kernels(addr, ids, True, agent)
+                    for (agent, addr), ids in per_agent.items()
+                ),
+                return_exceptions=True,
+            )
+
+    async def _end_leaked_kernels(self) -> int:
         live = [s.value for s in KernelStatus.non_terminal()]
         ended = [s.value for s in SessionStatus.terminal()]
         async with self._engine.begin() as conn:

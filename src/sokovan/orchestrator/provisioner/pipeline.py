@@ -113,9 +113,18 @@ class Provisioner:
         shape = (session.image, tuple(sorted(whole.items())), len(kernels))
         if shape in self._unfit:  # room only shrinks within a cycle: it still does not fit
             return None, self._unfit[shape]
-        agent = self.selector.pick(
-            session, lambda a: a.can_take(session.image, whole, len(kernels)), snapshot
-        )
+        avoid = frozenset(session.status_info.get("avoid_agents") or ())
+        agent = None
+        if avoid:  # agents it failed on are the last resort, not excluded
+            agent = self.selector.pick(
+                session,
+                lambda a: a.id not in avoid and a.can_take(session.image, whole, len(kernels)),
+                snapshot,
+            )
+        if agent is None:
+            agent = self.selector.pick(
+                session, lambda a: a.can_take(session.image, whole, len(kernels)), snapshot
+            )
         if agent is None:
             _, reasons = _filter(snapshot.agents, session.image, whole, len(kernels))
             self._unfit[shape] = summarize(len(snapshot.agents), 0, reasons)

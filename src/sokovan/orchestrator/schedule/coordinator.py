@@ -133,7 +133,9 @@ class ScheduleCoordinator:
                 SchedulingResult.EXPIRED: table.expired,
             }.get(verdict, table.need_retry)
             info: dict[str, Any] | None
-            if verdict is SchedulingResult.EXPIRED:
+            if to is not None and to.session == SessionStatus.PENDING:
+                info = _requeue_info(session, message)
+            elif verdict is SchedulingResult.EXPIRED:
                 info = _timeout_info(session, message)
             else:
                 info = _give_up_info(verdict, message, to)
@@ -146,13 +148,9 @@ class ScheduleCoordinator:
                 continue
             if is_expired(session.status_changed_at, now, self._timeout(handler, session)):
                 message = f"{session.status} for longer than its timeout"
-                add(
-                    session.id,
-                    SchedulingResult.EXPIRED,
-                    table.expired,
-                    message=message,
-                    info=_timeout_info(session, message),
-                )
+                requeue = table.expired is not None and table.expired.session == SessionStatus.PENDING
+                info = _requeue_info(session, message) if requeue else _timeout_info(session, message)
+                add(session.id, SchedulingResult.EXPIRED, table.expired, message=message, info=info)
             elif session.id in result.skipped:
                 reason = result.skipped[session.id]
                 if (
@@ -289,6 +287,13 @@ def _give_up_info(
     if to.session.is_terminal:
         return {"cause": FailureCause.AGENT_TRANSIENT.value, "message": message}
     return {"last_failure": message}
+
+
+def _requeue_info(session: SessionWithKernels, message: str) -> dict[str, Any]:
+    """A session sent back to PENDING: why, and the agents it failed on, which the next placement
+    avoids unless no other agent fits. No cause: it has not failed, it is rescheduled."""
+    agents = sorted({k.agent_id for k in session.kernels if k.agent_id is not None})
+    return {"requeued": {"from": session.status.value, "reason": message}, "avoid_agents": agents}
 
 
 def _timeout_info(session: SessionWithKernels, message: str) -> dict[str, Any]:

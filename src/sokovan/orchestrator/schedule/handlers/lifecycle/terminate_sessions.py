@@ -8,7 +8,8 @@ its end. Handlers never decide the final status: `endings.final_status` does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime as dt
+from collections.abc import Callable, Sequence
 
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.types import KernelStatus, SessionStatus
@@ -48,12 +49,14 @@ class TerminateSessions(LifecycleHandler):
             give_up=TransitionStatus(SessionStatus.TERMINATED, KernelStatus.TERMINATED),
         )
 
-    def __init__(self, rpc: AgentRPCClient) -> None:
+    def __init__(self, rpc: AgentRPCClient, force_after: Callable[[], float] = lambda: 60.0) -> None:
         self._rpc = rpc
+        self._force_after = force_after
 
     async def execute(self, targets: Sequence[SessionWithKernels]) -> HandlerResult:
         to_ask = [s for s in targets if any(k.status in _TO_DESTROY for k in s.kernels)]
         waiting = {s.id: "waiting for agents to confirm termination" for s in targets if s not in to_ask}
+        await self._force_stragglers([s for s in targets if s.id in waiting])
 
         async def call(target: Target, items: Items) -> object:
             agent_id, addr = target
@@ -63,3 +66,18 @@ class TerminateSessions(LifecycleHandler):
         result = await fan_out(to_ask, lambda k: k.status in _TO_DESTROY and k.agent_id is not None, call)
         result.skipped.update(waiting)
         return result
+
+    async def _force_stragglers(self, waiting: Sequence[SessionWithKernels]) -> None:
+        """Sessions whose agents have not confirmed for a while get a forced destroy (SIGKILL) again:
+        the first request may have been lost. Their status stays; the terminate timeout still rules."""
+        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=self._force_after())
+        late = [s for s in waiting if s.status_changed_at < cutoff]
+
+        async def call(target: Target, items: Items) -> object:
+            agent_id, addr = target
+            return await self._rpc.destroy_kernels(addr, [str(k.id) for _, k in items], True, agent_id)
+
+        if late:
+            await fan_out(
+                late, lambda k: k.status == KernelStatus.TERMINATING and k.agent_id is not None, call
+            )

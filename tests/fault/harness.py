@@ -1,0 +1,280 @@
+"""Real daemons for fault tests: managers that can be SIGKILLed and restarted, agents, fast timings.
+
+Everything here talks to the cluster the way an operator would (processes, etcd keys, REST v2);
+the database is read only to check the allocation invariants.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aetcd
+import aiohttp
+import redis.asyncio as aioredis
+from sqlalchemy import func, select, text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from sokovan.common.settings import Settings
+from sokovan.db.models import Agent, Base
+from sokovan.orchestrator.provisioner.invariants import check_invariants
+from tests.e2e.cluster import SOKOVAN, free_port
+
+# Fast self-healing, written to etcd before the daemons start (the test brief's timings).
+LOOPS = {"long_cycle_interval": 0.5}
+MAINTENANCE = {"reconcile_after": 1.0, "agent_lost_timeout": 5.0}
+HEARTBEAT = "0.5"
+TERMINAL = {"TERMINATED", "ERROR", "CANCELLED"}
+
+
+async def reset_cluster_state(settings: Settings) -> None:
+    """Empty tables, no leftover Redis streams of this run, and the fast timings in etcd."""
+    engine = create_async_engine(settings.db_url)
+    tables = ", ".join(f'"{t.name}"' for t in Base.metadata.sorted_tables)
+    async with engine.begin() as conn:
+        await conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+    await engine.dispose()
+    client = aioredis.Redis.from_url(settings.redis_url)
+    keys = [k async for k in client.scan_iter(match=f"{settings.etcd_prefix}*")]
+    if keys:
+        await client.delete(*keys)
+    await client.aclose()
+    etcd = aetcd.Client(host=settings.etcd_host, port=settings.etcd_port)
+    try:
+        for section, value in (("loops", LOOPS), ("maintenance", MAINTENANCE)):
+            await etcd.put(_key(settings, section), json.dumps(value).encode())
+    finally:
+        await etcd.close()
+
+
+async def clear_timings(settings: Settings) -> None:
+    """Leave etcd as other test modules expect it: the default timings."""
+    etcd = aetcd.Client(host=settings.etcd_host, port=settings.etcd_port)
+    try:
+        for section in ("loops", "maintenance"):
+            await etcd.delete(_key(settings, section))
+    finally:
+        await etcd.close()
+
+
+def _key(settings: Settings, section: str) -> bytes:
+    return f"{settings.etcd_prefix}/config/manager/{section}".encode()
+
+
+def bootstrap(env: dict[str, str]) -> str:
+    out = subprocess.run(
+        [*SOKOVAN, "admin", "bootstrap", "--json"], env=env, capture_output=True, check=True
+    )
+    token: str = json.loads(out.stdout)["token"]
+    return token
+
+
+class ManagerProc:
+    """One `sokovan manager` on a fixed API port, restartable on the same port."""
+
+    def __init__(self, env: dict[str, str], workdir: Path, name: str = "manager") -> None:
+        self.port = free_port()
+        self.api = f"http://127.0.0.1:{self.port}"
+        self.env = {**env, "SOKOVAN_API_BIND": f"127.0.0.1:{self.port}"}
+        self.log_path = workdir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps it
+        log.write(f"\n===== start #{self.starts + 1} at {time.time():.3f} =====\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen([*SOKOVAN, "manager"], env=self.env, stdout=log, stderr=log)
+        log.close()
+        self.starts += 1
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    async def wait_healthy(self, timeout: float = 30) -> float:
+        """Seconds until /healthz answers 200."""
+        began = time.monotonic()
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+            while True:
+                assert self.proc is not None
+                if self.proc.poll() is not None:
+                    raise AssertionError(f"manager exited: {self.log_tail()}")
+                try:
+                    async with http.get(f"{self.api}/healthz") as resp:
+                        if resp.status == 200:
+                            return time.monotonic() - began
+                except (aiohttp.ClientError, TimeoutError):
+                    pass
+                if time.monotonic() - began > timeout:
+                    raise AssertionError(f"manager not healthy after {timeout}s: {self.log_tail()}")
+                await asyncio.sleep(0.05)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+
+class AgentProc:
+    """`sokovan agent` (a real process agent or, with `simulate`, a hollow fleet)."""
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        workdir: Path,
+        agent_id: str,
+        slots: str,
+        *,
+        simulate: int | None = None,
+        extra: Iterable[str] = (),
+    ) -> None:
+        self.agent_id = agent_id
+        self.log_path = workdir / f"{agent_id}.log"
+        args = [*SOKOVAN, "agent", "--id", agent_id, "--slots", slots, "--rpc-port", "0"]
+        args += ["--heartbeat-interval", HEARTBEAT]
+        if simulate is not None:
+            args += ["--simulate", str(simulate)]
+        else:
+            args += ["--work-dir", str(workdir / agent_id), "--kill-grace", "2"]
+        args += list(extra)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=log)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+async def wait_agents(db_url: str, count: int, timeout: float = 30) -> None:
+    """Until `count` agents have registered (rows in the agents table)."""
+    engine = create_async_engine(db_url)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            async with engine.connect() as conn:
+                n = int(await conn.scalar(select(func.count()).select_from(Agent)) or 0)
+            if n >= count:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"only {n}/{count} agents registered after {timeout}s")
+            await asyncio.sleep(0.2)
+    finally:
+        await engine.dispose()
+
+
+class InvariantChecker:
+    """`check_invariants` over one consistent snapshot (REPEATABLE READ), so that a check never
+    mixes rows from before and after a concurrent commit."""
+
+    def __init__(self, db_url: str) -> None:
+        self.engine = create_async_engine(db_url, isolation_level="REPEATABLE READ")
+
+    async def check(self) -> list[str]:
+        async with self.engine.connect() as conn:
+            async with conn.begin():
+                return await check_invariants(conn)
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+
+class Api:
+    """REST v2 over several manager ports, tolerant of managers that are down (for retries)."""
+
+    RETRYABLE = (aiohttp.ClientError, TimeoutError, ConnectionError)
+
+    def __init__(self, http: aiohttp.ClientSession, apis: list[str], token: str) -> None:
+        self.http = http
+        self.apis = apis
+        self.headers = {"Authorization": f"Bearer {token}"}
+
+    async def call(self, method: str, path: str, body: Any = None, api: int = 0) -> tuple[int, Any]:
+        base = self.apis[api % len(self.apis)]
+        async with self.http.request(method, f"{base}{path}", json=body, headers=self.headers) as resp:
+            raw = await resp.text()
+            return resp.status, (json.loads(raw) if raw else None)
+
+    async def create_retrying(
+        self, body: dict[str, Any], api: int = 0, give_up_after: float = 120
+    ) -> tuple[dict[str, Any], int, int]:
+        """POST with the body's creation_id until a 200/201; returns (session, final status, tries)."""
+        deadline = time.monotonic() + give_up_after
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                status, data = await self.call("POST", "/v2/sessions", body, api)
+            except self.RETRYABLE:
+                status, data = -1, None
+            if status in (200, 201):
+                return data, status, tries
+            assert status == -1 or status >= 500, (status, data, body)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"creation {body.get('creation_id')} failed for {give_up_after}s")
+            await asyncio.sleep(0.2)
+
+    async def delete_retrying(self, sid: str, api: int = 0, give_up_after: float = 60) -> None:
+        deadline = time.monotonic() + give_up_after
+        while True:
+            try:
+                status, data = await self.call("DELETE", f"/v2/sessions/{sid}", api=api)
+            except self.RETRYABLE:
+                status, data = -1, None
+            if status == 202:
+                return
+            assert status == -1 or status >= 500, (status, data, sid)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"DELETE {sid} failed for {give_up_after}s")
+            await asyncio.sleep(0.2)
+
+    async def list_all(self, api: int = 0) -> dict[str, dict[str, Any]]:
+        """Every session, by id (pages of 500)."""
+        found: dict[str, dict[str, Any]] = {}
+        cursor: str | None = None
+        while True:
+            path = "/v2/sessions?limit=500" + (f"&cursor={quote(cursor)}" if cursor else "")
+            status, data = await self.call("GET", path, api=api)
+            assert status == 200, data
+            for item in data["items"]:
+                found[item["id"]] = item
+            cursor = data["next_cursor"]
+            if not cursor:
+                return found
+
+
+def outcome(session: dict[str, Any]) -> tuple[str, str | None, str | None]:
+    return session["status"], session["result"], (session["status_info"] or {}).get("cause")
+
+
+def summarize(sessions: Iterable[dict[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for s in sessions:
+        key = "/".join(str(x) for x in outcome(s))
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items()))
