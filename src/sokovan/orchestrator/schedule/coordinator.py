@@ -138,7 +138,7 @@ class ScheduleCoordinator:
             elif verdict is SchedulingResult.EXPIRED:
                 info = _timeout_info(session, message)
             else:
-                info = _give_up_info(verdict, message, to)
+                info = _give_up_info(session, verdict, message, to)
             add(sid, verdict, to, message=message, bump=True, info=info)
         for sid, info in result.rejected.items():
             add(sid, SchedulingResult.GIVE_UP, table.give_up, message=info.get("message"), info=info)
@@ -280,11 +280,15 @@ class ScheduleCoordinator:
 
 
 def _give_up_info(
-    verdict: SchedulingResult, message: str, to: TransitionStatus | None
+    session: SessionWithKernels, verdict: SchedulingResult, message: str, to: TransitionStatus | None
 ) -> dict[str, Any] | None:
+    """Giving up ends a session with AGENT_TRANSIENT, unless it already carries a cause (e.g. the
+    user's request to terminate it): that cause stays."""
     if verdict is not SchedulingResult.GIVE_UP or to is None or to.session is None:
         return None
     if to.session.is_terminal:
+        if "cause" in session.status_info:
+            return {"gave_up": message}
         return {"cause": FailureCause.AGENT_TRANSIENT.value, "message": message}
     return {"last_failure": message}
 
