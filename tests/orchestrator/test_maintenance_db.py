@@ -93,7 +93,7 @@ async def test_the_reconciler_asks_about_stuck_kernels_and_running_ones_the_agen
     )
     listed = await seed.session(status=SessionStatus.RUNNING, agent_id="a1")
     vanished = await seed.session(status=SessionStatus.RUNNING, agent_id="a1")
-    fresh = await seed.session(
+    await seed.session(  # only just started creating: not a suspect
         status=SessionStatus.CREATING, kernel_status=KernelStatus.CREATING, agent_id="a1"
     )
     async with engine.begin() as conn:
