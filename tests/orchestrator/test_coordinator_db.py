@@ -190,3 +190,20 @@ async def test_a_session_stuck_preparing_past_the_pull_timeout_is_ended(engine: 
     status, info, _ = await status_of(engine, stuck)
     assert (status, info["cause"]) == ("TERMINATING", "SCHEDULER_TIMEOUT")
     assert (await status_of(engine, fresh))[0] == "PREPARING"
+
+
+async def test_a_session_left_prepared_with_running_kernels_is_promoted(engine: AsyncEngine) -> None:
+    """A manager killed after the start RPC but before recording CREATING."""
+    seed = await Seed(engine).tenancy()
+    await seed.agent("a1")
+    started = await seed.session(
+        status=SessionStatus.PREPARED, kernel_status=KernelStatus.RUNNING, agent_id="a1"
+    )
+    waiting = await seed.session(
+        status=SessionStatus.PREPARED, kernel_status=KernelStatus.PREPARED, agent_id="a1"
+    )
+    from sokovan.orchestrator.schedule.handlers.promotion.promote_to_running import PromoteToRunning
+
+    await ScheduleCoordinator(engine, ClusterConfig(), [PromoteToRunning()]).cycle()
+    assert (await status_of(engine, started))[0] == "RUNNING"
+    assert (await status_of(engine, waiting))[0] == "PREPARED"

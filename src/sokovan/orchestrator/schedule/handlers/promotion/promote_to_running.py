@@ -1,4 +1,8 @@
-"""CREATING → RUNNING once every kernel has started (none is still on its way)."""
+"""CREATING → RUNNING once every kernel has started (none is still on its way).
+
+PREPARED is a target too: a manager that died after asking agents to start the kernels but before
+recording CREATING leaves the session PREPARED with running kernels, and it must not stay there.
+A PREPARED session whose kernels have not been started does not match (they are PREPARED)."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ class PromoteToRunning(SessionPromotionHandler):
 
     @property
     def target_session_statuses(self) -> frozenset[SessionStatus]:
-        return frozenset({SessionStatus.CREATING})
+        return frozenset({SessionStatus.PREPARED, SessionStatus.CREATING})
 
     @property
     def check_kernel_statuses(self) -> frozenset[KernelStatus]:
