@@ -66,6 +66,9 @@ class BenchCluster:
             "SOKOVAN_CLUSTER_SECRET": secrets.token_urlsafe(16),
             "SOKOVAN_ETCD_PREFIX": f"sokovan-bench-{run}",
             "SOKOVAN_API_BIND": f"127.0.0.1:{free_port()}",
+            # The bench's one manager (two workers) may use more connections than the default.
+            "SOKOVAN_DB_POOL_SIZE": "20",
+            "SOKOVAN_DB_MAX_OVERFLOW": "15",
         }
         self.api = f"http://{self.env['SOKOVAN_API_BIND']}"
         self.procs: list[subprocess.Popen[bytes]] = []

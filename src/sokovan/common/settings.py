@@ -32,6 +32,10 @@ class Settings(BaseSettings):
     token: str | None = None
     api_bind: str = "127.0.0.1:8090"
     cluster_secret: str | None = None
+    # Connections per manager process: up to pool + overflow. Keep (managers x workers x that)
+    # under PostgreSQL's max_connections (100 by default).
+    db_pool_size: int = Field(default=10, ge=1)
+    db_max_overflow: int = Field(default=10, ge=0)
     # Where throwaway services started by `sokovan dev` keep their files.
     dev_dir: str = Field(default=".dev")
 

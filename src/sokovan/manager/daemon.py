@@ -36,7 +36,9 @@ async def run_manager(
     if not settings.cluster_secret:
         raise RuntimeError("SOKOVAN_CLUSTER_SECRET is not set")
     stop = stop or asyncio.Event()
-    engine = make_engine(settings.db_url)
+    engine = make_engine(
+        settings.db_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
+    )
     redis = aioredis.Redis.from_url(settings.redis_url)
     etcd = aetcd.Client(host=settings.etcd_host, port=settings.etcd_port)
     rpc = AgentRPCClient(settings.cluster_secret)
