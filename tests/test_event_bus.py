@@ -79,3 +79,18 @@ async def test_unsigned_or_forged_events_are_dropped(redis: aioredis.Redis, sett
     stop.set()
     await asyncio.wait_for(task, 5)
     assert [e.kernel_id for e in seen if isinstance(e, KernelRunning)] == ["k7"]
+
+
+async def test_the_backlog_counts_what_the_managers_have_not_read(
+    redis: aioredis.Redis, settings: Settings
+) -> None:
+    from sokovan.bus.streams import consumer_backlog
+
+    prefix = own_prefix(settings)
+    secret = settings.cluster_secret or ""
+    consumer = EventConsumer(redis, prefix, secret, "c3", lambda events: asyncio.sleep(0), block_ms=100)
+    await consumer.ensure_group()
+    assert await consumer_backlog(redis, prefix) == 0
+    for n in range(5):
+        await EventPublisher(redis, prefix, secret).publish(running(n))
+    assert await consumer_backlog(redis, prefix) == 5

@@ -115,3 +115,19 @@ async def test_the_reconciler_asks_about_stuck_kernels_and_running_ones_the_agen
         assert await KernelReconciler(engine, rpc).run(reconcile_after=10) == 2
     finally:
         await rpc.close()
+
+
+async def test_no_agent_is_judged_silent_while_the_managers_lag_behind_the_events(
+    engine: AsyncEngine,
+) -> None:
+    from sokovan.orchestrator.maintenance.lost_agents import BACKLOG_LIMIT
+
+    seed = await Seed(engine).tenancy()
+    await seed.agent("quiet")
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(Agent).values(last_heartbeat_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=60))
+        )
+    sweeper = LostAgentSweeper(engine)
+    assert await sweeper.run(lost_timeout=30, backlog=BACKLOG_LIMIT + 1) == []
+    assert await sweeper.run(lost_timeout=30, backlog=0) == ["quiet"]

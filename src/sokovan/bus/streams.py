@@ -30,6 +30,20 @@ def stream_key(prefix: str) -> str:
     return f"{prefix}:events"
 
 
+async def consumer_backlog(redis: aioredis.Redis, prefix: str) -> int:
+    """How many entries of the stream the managers' group has not been handed yet (0 if unknown)."""
+    try:
+        groups: Any = await redis.xinfo_groups(stream_key(prefix))
+    except ResponseError:
+        return 0
+    for group in groups:
+        name = group.get("name") or group.get(b"name")
+        if name in (GROUP, GROUP.encode()):
+            lag = group.get("lag", group.get(b"lag"))
+            return int(lag or 0)
+    return 0
+
+
 class EventPublisher:
     def __init__(self, redis: aioredis.Redis, prefix: str, secret: str) -> None:
         self._redis = redis

@@ -18,7 +18,6 @@ from pydantic import (
     PositiveFloat,
     field_serializer,
     field_validator,
-    model_validator,
 )
 
 MAX_RETRY_DELAY = 24 * 3600.0  # the hard ceiling of any retry delay, in seconds
@@ -49,14 +48,19 @@ class RetryEligibleCause(enum.StrEnum):
         return frozenset(cls)
 
 
-# Causes that never retry, whatever a policy says (seed 004, "Failure classification").
-NEVER_RETRY_CAUSES = frozenset({"user_cancelled", "validation_error", "quota_exceeded"})
+# Causes that never retry, whatever a policy says (seed 004, "Failure classification", plus
+# DEPENDENCY_FAILED: a dependency that ended badly stays ended). Lower case, as in the enum above.
+NEVER_RETRY_CAUSES = frozenset({"user_cancelled", "validation_error", "quota_exceeded", "dependency_failed"})
 
 
 class RetryPolicy(BaseModel):
-    """Field names and defaults follow seed 004; total attempts = 1 + max_retries."""
+    """Field names and defaults follow seed 004; total attempts = 1 + max_retries.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Every constraint is on one field alone, so merging valid layers field by field (per-session >
+    project > domain > cluster) always gives a valid policy. Infinity and NaN are refused.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     max_retries: NonNegativeInt = Field(default=0, le=MAX_RETRIES_LIMIT)
     retry_delay: PositiveFloat = Field(default=60.0, le=MAX_RETRY_DELAY)
@@ -81,12 +85,6 @@ class RetryPolicy(BaseModel):
                 out.append(name)
             return out
         return value
-
-    @model_validator(mode="after")
-    def _check_exponential(self) -> RetryPolicy:
-        if self.backoff == BackoffStrategy.EXPONENTIAL and self.backoff_multiplier < 1.0:
-            raise ValueError("backoff_multiplier must be >= 1 for exponential backoff")
-        return self
 
     @field_serializer("eligible_causes")
     def _sorted_causes(self, value: frozenset[RetryEligibleCause]) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -16,7 +17,7 @@ import structlog
 from aiohttp import web
 
 from sokovan.bus.hints import HintPublisher, listen_hints
-from sokovan.bus.streams import EventConsumer
+from sokovan.bus.streams import EventConsumer, consumer_backlog
 from sokovan.bus.user_events import UserEventPublisher
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.settings import Settings
@@ -47,7 +48,9 @@ async def run_manager(
     watcher = EtcdConfigWatcher(etcd, settings.etcd_prefix, config)
     await watcher.load()
     events = UserEventPublisher(redis, settings.etcd_prefix)
-    orchestrator = SokovanOrchestrator(engine, rpc, config, events)
+    orchestrator = SokovanOrchestrator(
+        engine, rpc, config, events, backlog=functools.partial(consumer_backlog, redis, settings.etcd_prefix)
+    )
     consumer = EventConsumer(
         redis,
         settings.etcd_prefix,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Awaitable, Callable
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -63,6 +64,7 @@ class SokovanOrchestrator:
         rpc: AgentRPCClient,
         config: ClusterConfig,
         events: UserEventPublisher | None = None,
+        backlog: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
         self.config = config
         self.schedule = ScheduleCoordinator(
@@ -83,7 +85,7 @@ class SokovanOrchestrator:
             MaintenanceCoordinator.name: [
                 CoordinatorLoop(
                     MaintenanceCoordinator.name,
-                    MaintenanceCoordinator(engine, rpc, config, CycleLock(engine), events).cycle,
+                    MaintenanceCoordinator(engine, rpc, config, CycleLock(engine), events, backlog).cycle,
                     long_interval=lambda: config.loops.long_cycle_interval,
                     # What it changed (failed kernels, repaired leaks) is the sessions' business.
                     on_moved=functools.partial(self.hint, ScheduleCoordinator.name),

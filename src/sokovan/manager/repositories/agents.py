@@ -29,6 +29,8 @@ async def record_heartbeats(engine: AsyncEngine, beats: Sequence[AgentHeartbeat]
     latest: dict[str, AgentHeartbeat] = {}
     for hb in beats:  # stream order: the last beat of an agent wins
         latest[hb.agent_id] = hb
+    # Rows in id order: managers upserting overlapping batches then lock agents in one order.
+    latest = dict(sorted(latest.items()))
     if not latest:
         return []
     now = dt.datetime.now(dt.UTC)

@@ -238,9 +238,23 @@ async def move_kernels_of_sessions(
         values["terminated_at"] = func.coalesce(Kernel.terminated_at, now)
     if to_status == KernelStatus.PENDING:
         values["agent_id"] = None  # back in the queue: it holds nothing on any agent
+    # Lock the kernels in id order first, as the agent-event writer does: two writers taking the
+    # same rows in different orders deadlock, and each deadlock costs a second of detection.
+    ids = list(
+        (
+            await conn.execute(
+                select(Kernel.id)
+                .where(Kernel.session_id.in_(session_ids), Kernel.status.in_([s.value for s in expected]))
+                .order_by(Kernel.id)
+                .with_for_update(key_share=True)
+            )
+        ).scalars()
+    )
+    if not ids:
+        return []
     moved = await conn.execute(
         update(Kernel)
-        .where(Kernel.session_id.in_(session_ids), Kernel.status.in_([s.value for s in expected]))
+        .where(Kernel.id.in_(ids), Kernel.status.in_([s.value for s in expected]))
         .values(**values)
         .returning(Kernel.id, Kernel.session_id)
         .execution_options(synchronize_session=False)

@@ -6,6 +6,8 @@ as drift. Runs under its own cluster-wide lock, like every periodic task."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.bus.user_events import UserEventPublisher
@@ -27,9 +29,11 @@ class MaintenanceCoordinator:
         config: ClusterConfig,
         lock: CycleLock | None = None,
         events: UserEventPublisher | None = None,
+        backlog: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
         self._config = config
         self._lock = lock
+        self._backlog = backlog
         self.lost_agents = LostAgentSweeper(engine, events)
         self.reconciler = KernelReconciler(engine, rpc)
         self.leaks = LeakRepair(engine, rpc)
@@ -42,7 +46,8 @@ class MaintenanceCoordinator:
 
     async def _cycle(self) -> bool:
         settings = self._config.maintenance
-        lost = await self.lost_agents.run(settings.agent_lost_timeout)
+        backlog = await self._backlog() if self._backlog is not None else 0
+        lost = await self.lost_agents.run(settings.agent_lost_timeout, backlog)
         await self.reconciler.run(settings.reconcile_after)
         repaired = await self.leaks.run()
         return bool(lost) or bool(repaired)

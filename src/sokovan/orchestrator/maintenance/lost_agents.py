@@ -18,6 +18,8 @@ from sokovan.manager.repositories.transitions import KernelTransition, apply_ker
 
 log = structlog.get_logger(__name__)
 _HELD_ON = [AgentStatus.READY.value, AgentStatus.DEGRADED.value]
+# More unread agent events than this and agents are not judged silent (about one read batch).
+BACKLOG_LIMIT = 1000
 
 
 class LostAgentSweeper:
@@ -25,18 +27,32 @@ class LostAgentSweeper:
         self._engine = engine
         self._events = events
 
-    async def run(self, lost_timeout: float) -> list[str]:
-        """Returns the agents found lost in this run."""
+    async def run(self, lost_timeout: float, backlog: int = 0) -> list[str]:
+        """Returns the agents found lost in this run.
+
+        `backlog` is how many agent events the managers have not read yet. Heartbeats travel with
+        them, so while managers lag, an agent's silence may be our own delay: no agent is judged
+        then (it will be on a later cycle, once the backlog is read)."""
+        if backlog > BACKLOG_LIMIT:
+            log.warning("agents.lost_check_deferred", backlog=backlog)
+            return []
         now = dt.datetime.now(dt.UTC)
         async with self._engine.begin() as conn:
+            # Claimed in id order, skipping rows a heartbeat is writing right now (that agent is alive).
+            candidates = (
+                select(Agent.id)
+                .where(
+                    Agent.status.in_(_HELD_ON),
+                    Agent.last_heartbeat_at < now - dt.timedelta(seconds=lost_timeout),
+                )
+                .order_by(Agent.id)
+                .with_for_update(skip_locked=True)
+            )
             lost = list(
                 (
                     await conn.execute(
                         update(Agent)
-                        .where(
-                            Agent.status.in_(_HELD_ON),
-                            Agent.last_heartbeat_at < now - dt.timedelta(seconds=lost_timeout),
-                        )
+                        .where(Agent.id.in_(candidates.scalar_subquery()))
                         .values(status=AgentStatus.DOWN.value, status_changed_at=now)
                         .returning(Agent.id)
                     )
