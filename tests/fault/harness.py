@@ -7,11 +7,12 @@ the database is read only to check the allocation invariants.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -55,7 +56,12 @@ async def reset_cluster_state(settings: Settings) -> None:
 
 
 async def clear_timings(settings: Settings) -> None:
-    """Leave etcd as other test modules expect it: the default timings."""
+    """Leave etcd as other test modules expect it (the default timings), and no Redis streams."""
+    client = aioredis.Redis.from_url(settings.redis_url)
+    keys = [k async for k in client.scan_iter(match=f"{settings.etcd_prefix}*")]
+    if keys:
+        await client.delete(*keys)
+    await client.aclose()
     etcd = aetcd.Client(host=settings.etcd_host, port=settings.etcd_port)
     try:
         for section in ("loops", "maintenance"):
@@ -69,9 +75,7 @@ def _key(settings: Settings, section: str) -> bytes:
 
 
 def bootstrap(env: dict[str, str]) -> str:
-    out = subprocess.run(
-        [*SOKOVAN, "admin", "bootstrap", "--json"], env=env, capture_output=True, check=True
-    )
+    out = subprocess.run([*SOKOVAN, "admin", "bootstrap", "--json"], env=env, capture_output=True, check=True)
     token: str = json.loads(out.stdout)["token"]
     return token
 
@@ -88,7 +92,7 @@ class ManagerProc:
         self.starts = 0
 
     def start(self) -> None:
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps it
+        log = open(self.log_path, "ab")
         log.write(f"\n===== start #{self.starts + 1} at {time.time():.3f} =====\n".encode())
         log.flush()
         self.proc = subprocess.Popen([*SOKOVAN, "manager"], env=self.env, stdout=log, stderr=log)
@@ -111,7 +115,7 @@ class ManagerProc:
             self.proc.kill()
             self.proc.wait(timeout=10)
 
-    async def wait_healthy(self, timeout: float = 30) -> float:
+    async def wait_healthy(self, within: float = 30) -> float:
         """Seconds until /healthz answers 200."""
         began = time.monotonic()
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
@@ -125,8 +129,8 @@ class ManagerProc:
                             return time.monotonic() - began
                 except (aiohttp.ClientError, TimeoutError):
                     pass
-                if time.monotonic() - began > timeout:
-                    raise AssertionError(f"manager not healthy after {timeout}s: {self.log_tail()}")
+                if time.monotonic() - began > within:
+                    raise AssertionError(f"manager not healthy after {within}s: {self.log_tail()}")
                 await asyncio.sleep(0.05)
 
     def log_tail(self, chars: int = 3000) -> str:
@@ -171,10 +175,10 @@ class AgentProc:
         return self.log_path.read_text(errors="replace")
 
 
-async def wait_agents(db_url: str, count: int, timeout: float = 30) -> None:
+async def wait_agents(db_url: str, count: int, within: float = 30) -> None:
     """Until `count` agents have registered (rows in the agents table)."""
     engine = create_async_engine(db_url)
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     try:
         while True:
             async with engine.connect() as conn:
@@ -182,7 +186,7 @@ async def wait_agents(db_url: str, count: int, timeout: float = 30) -> None:
             if n >= count:
                 return
             if time.monotonic() > deadline:
-                raise AssertionError(f"only {n}/{count} agents registered after {timeout}s")
+                raise AssertionError(f"only {n}/{count} agents registered after {within}s")
             await asyncio.sleep(0.2)
     finally:
         await engine.dispose()
@@ -213,6 +217,8 @@ class Api:
         self.http = http
         self.apis = apis
         self.headers = {"Authorization": f"Bearer {token}"}
+        self.failures: list[str] = []  # every try that was retried: what went wrong
+        self.server_errors: list[str] = []  # those of them a manager answered with a 5xx
 
     async def call(self, method: str, path: str, body: Any = None, api: int = 0) -> tuple[int, Any]:
         base = self.apis[api % len(self.apis)]
@@ -230,11 +236,15 @@ class Api:
             tries += 1
             try:
                 status, data = await self.call("POST", "/v2/sessions", body, api)
-            except self.RETRYABLE:
+            except self.RETRYABLE as exc:
                 status, data = -1, None
+                self.failures.append(f"POST {body.get('creation_id')}: {exc!r}")
             if status in (200, 201):
                 return data, status, tries
             assert status == -1 or status >= 500, (status, data, body)
+            if status >= 500:
+                self.failures.append(f"POST {body.get('creation_id')}: {status} {data}")
+                self.server_errors.append(self.failures[-1])
             if time.monotonic() > deadline:
                 raise AssertionError(f"creation {body.get('creation_id')} failed for {give_up_after}s")
             await asyncio.sleep(0.2)
@@ -244,11 +254,15 @@ class Api:
         while True:
             try:
                 status, data = await self.call("DELETE", f"/v2/sessions/{sid}", api=api)
-            except self.RETRYABLE:
+            except self.RETRYABLE as exc:
                 status, data = -1, None
+                self.failures.append(f"DELETE {sid}: {exc!r}")
             if status == 202:
                 return
             assert status == -1 or status >= 500, (status, data, sid)
+            if status >= 500:
+                self.failures.append(f"DELETE {sid}: {status} {data}")
+                self.server_errors.append(self.failures[-1])
             if time.monotonic() > deadline:
                 raise AssertionError(f"DELETE {sid} failed for {give_up_after}s")
             await asyncio.sleep(0.2)
@@ -268,6 +282,29 @@ class Api:
                 return found
 
 
+async def settle(
+    api: Api, wanted: dict[str, Callable[[dict[str, Any]], bool]], within: float, poll: float = 1.0
+) -> dict[str, dict[str, Any]]:
+    """Until `wanted[sid](session)` holds for every session; fails at once on a session that ended
+    otherwise, and after `within` seconds on any still elsewhere (with a summary of where)."""
+    began = time.monotonic()
+    while True:
+        sessions = await api.list_all()
+        missing = [sid for sid in wanted if sid not in sessions]
+        assert not missing, f"{len(missing)} sessions missing from the list: {missing[:5]}"
+        wrong = [sid for sid, ok in wanted.items() if not ok(sessions[sid])]
+        ended = [(sid, outcome(sessions[sid])) for sid in wrong if sessions[sid]["status"] in TERMINAL]
+        assert not ended, f"{len(ended)} sessions ended wrongly: {ended[:10]}"
+        if not wrong:
+            return sessions
+        if time.monotonic() - began > within:
+            raise AssertionError(
+                f"{len(wrong)} sessions not settled after {within}s: "
+                f"{summarize(sessions[sid] for sid in wrong)}; e.g. {sessions[wrong[0]]}"
+            )
+        await asyncio.sleep(poll)
+
+
 def outcome(session: dict[str, Any]) -> tuple[str, str | None, str | None]:
     return session["status"], session["result"], (session["status_info"] or {}).get("cause")
 
@@ -278,3 +315,40 @@ def summarize(sessions: Iterable[dict[str, Any]]) -> dict[str, int]:
         key = "/".join(str(x) for x in outcome(s))
         counts[key] = counts.get(key, 0) + 1
     return dict(sorted(counts.items()))
+
+
+class InvariantSampler:
+    """Checks the invariants every `interval` seconds in the background; keeps every violation."""
+
+    def __init__(self, db_url: str, interval: float = 0.5) -> None:
+        self.checker = InvariantChecker(db_url)
+        self.interval = interval
+        self.samples = 0
+        self.violations: list[tuple[float, list[str]]] = []
+        self.max_db_connections = 0  # to this database, by anyone (the managers, mostly)
+        self._task: asyncio.Task[None] | None = None
+        self._began = time.monotonic()
+
+    def start(self) -> None:
+        self._began = time.monotonic()
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            problems = await self.checker.check()
+            async with self.checker.engine.connect() as conn:
+                n = await conn.scalar(
+                    text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+                )
+            self.max_db_connections = max(self.max_db_connections, int(n or 0))
+            self.samples += 1
+            if problems:
+                self.violations.append((time.monotonic() - self._began, problems))
+            await asyncio.sleep(self.interval)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.checker.close()
