@@ -44,3 +44,12 @@ EVENTS_CONSUMED = Counter(
 def exposition() -> bytes:
     """The default registry in the Prometheus text format (`CONTENT_TYPE`)."""
     return generate_latest(REGISTRY)
+
+
+RETRY_SCHEDULED = Counter(
+    "sokovan_session_retry_scheduled_total", "Retries scheduled for failed sessions.", ["cause"]
+)
+RETRY_EXHAUSTED = Counter(
+    "sokovan_session_retry_exhausted_total", "Failed sessions whose retries were all used.", ["cause"]
+)
+RETRY_SUCCEEDED = Counter("sokovan_session_retry_succeeded_total", "Retried sessions that ended in success.")

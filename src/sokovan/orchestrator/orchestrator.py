@@ -19,6 +19,7 @@ from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.locks import CycleLock
 from sokovan.orchestrator.loop import CoordinatorLoop
 from sokovan.orchestrator.maintenance.coordinator import MaintenanceCoordinator
+from sokovan.orchestrator.retry.engine import RetryCoordinator
 from sokovan.orchestrator.schedule.coordinator import Handler, ScheduleCoordinator
 from sokovan.orchestrator.schedule.handlers.lifecycle.prepare_sessions import PrepareSessions
 from sokovan.orchestrator.schedule.handlers.lifecycle.schedule_new_sessions import ScheduleNewSessions
@@ -81,6 +82,17 @@ class SokovanOrchestrator:
                     on_moved=functools.partial(self.hint, ScheduleCoordinator.name),
                 )
                 for lane in self.schedule.lanes
+            ]
+            + [
+                # Retries: woken with the session lanes (a session ended), and every long cycle
+                # (a scheduled retry came due).
+                CoordinatorLoop(
+                    RetryCoordinator.name,
+                    RetryCoordinator(engine, config, CycleLock(engine), events).cycle,
+                    long_interval=lambda: config.loops.long_cycle_interval,
+                    debounce=lambda: config.loops.short_cycle_debounce,
+                    on_moved=functools.partial(self.hint, ScheduleCoordinator.name),
+                )
             ],
             MaintenanceCoordinator.name: [
                 CoordinatorLoop(

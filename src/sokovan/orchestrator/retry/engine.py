@@ -1,0 +1,299 @@
+"""The durable retry engine (seed 004): a lane that decides, waits and creates child sessions.
+
+Each cycle, under its own cluster-wide lock:
+1. **decide** — every batch session that ended in failure and has no decision yet gets one,
+   written on the session itself (`status_info.retry`) with a guarded update: `scheduled` (with
+   `due_at`), `exhausted` or `ineligible`. The effective policy is the session's merged over the
+   project, domain and cluster defaults; the cluster kill switch makes every decision ineligible;
+2. **dispatch** — every scheduled retry whose time has come gets its child: a fresh PENDING session
+   with the parent's spec, `parent_session_id`, `retry_count + 1`, the same policy and
+   `creation_id = parent.creation_id + ":retry:" + n`; that id is unique per owner, so however many
+   managers try, one child exists. The wait is a timestamp, not a sleep: a restart loses nothing;
+3. **count** — a retried session that ended TERMINATED/SUCCESS is counted once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+from sqlalchemy import Row, select, text
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
+from sokovan.common.metrics import RETRY_EXHAUSTED, RETRY_SCHEDULED, RETRY_SUCCEEDED
+from sokovan.common.retry_policy import RetryPolicy
+from sokovan.common.types import KernelStatus, SessionStatus
+from sokovan.config.cluster import ClusterConfig
+from sokovan.db.models import AuditLog, Domain, Kernel, Project, Session, SessionDependency
+from sokovan.orchestrator.locks import CycleLock
+from sokovan.orchestrator.retry.policy import classify_failure, effective_policy, is_eligible, retry_delay
+
+log = structlog.get_logger(__name__)
+BATCH = 500
+
+# A guarded write: a decision is taken once, whoever runs the lane.
+_DECIDE = text(
+    "UPDATE sessions SET status_info = status_info || jsonb_build_object('retry', CAST(:retry AS jsonb)),"
+    " max_retries = :max_retries, retry_policy = CAST(:policy AS jsonb)"
+    " WHERE id = :id AND NOT (status_info ? 'retry')"
+)
+_MARK_CHILD = text(
+    "UPDATE sessions"
+    " SET status_info = jsonb_set(status_info, '{retry,child}', to_jsonb(CAST(:child AS text)))"
+    " WHERE id = :id AND status_info -> 'retry' ->> 'decision' = 'scheduled'"
+    " AND NOT (status_info -> 'retry' ? 'child')"
+)
+
+
+class RetryCoordinator:
+    name = "retry"
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        config: ClusterConfig,
+        lock: CycleLock | None = None,
+        events: UserEventPublisher | None = None,
+    ) -> None:
+        self._engine = engine
+        self._config = config
+        self._lock = lock
+        self._events = events
+
+    async def cycle(self) -> bool:
+        if self._lock is not None:
+            async with self._lock.hold(self.name) as acquired:
+                return await self._cycle() if acquired else False
+        return await self._cycle()
+
+    async def _cycle(self) -> bool:
+        decided = await self.decide()
+        created = await self.dispatch()
+        await self.count_successes()
+        return bool(decided or created)
+
+    # -- 1. decide ----------------------------------------------------------------------------
+
+    async def decide(self) -> int:
+        now = dt.datetime.now(dt.UTC)
+        events: list[UserEvent] = []
+        async with self._engine.begin() as conn:
+            rows = (
+                await conn.execute(
+                    select(
+                        *Session.__table__.c,
+                        Project.retry_policy_default.label("project_default"),
+                        Domain.retry_policy_default.label("domain_default"),
+                    )
+                    .join(Project, Project.id == Session.project_id)
+                    .join(Domain, Domain.name == Session.domain_name)
+                    .where(
+                        Session.status.in_([SessionStatus.ERROR.value, SessionStatus.CANCELLED.value]),
+                        ~Session.status_info.has_key("retry"),
+                    )
+                    .limit(BATCH)
+                )
+            ).all()
+            for row in rows:
+                decision, policy, event = self._decision(row, now)
+                done = await conn.execute(
+                    _DECIDE,
+                    {
+                        "id": row.id,
+                        "retry": _json(decision),
+                        "max_retries": policy.max_retries,
+                        "policy": policy.model_dump_json(),
+                    },
+                )
+                if getattr(done, "rowcount", 0) and event is not None:
+                    events.append(event)
+        await publish(self._events, events)
+        return len(rows)
+
+    def _decision(self, row: Any, now: dt.datetime) -> tuple[dict[str, Any], RetryPolicy, UserEvent | None]:
+        try:
+            policy = effective_policy(
+                row.retry_policy, row.project_default, row.domain_default, self._config.retry_policy_default
+            )
+        except ValueError as exc:
+            return {"decision": "ineligible", "reason": f"invalid retry policy: {exc}"}, RetryPolicy(), None
+        cause = classify_failure(row.status, row.result, row.status_info, row.type)
+        owner = str(row.user_id)
+        if cause is None or not is_eligible(cause, policy, row.type):
+            why = "not a batch session" if row.type != "batch" else f"cause {cause} is not retried"
+            return {"decision": "ineligible", "reason": why}, policy, None
+        if not self._config.retry_enabled:
+            return {"decision": "ineligible", "reason": "retries are disabled cluster-wide"}, policy, None
+        if row.retry_count >= policy.max_retries:
+            RETRY_EXHAUSTED.labels(cause=cause.value).inc()
+            event = UserEvent(
+                name="session.retry_exhausted",
+                session_id=str(row.id),
+                owner=owner,
+                detail={"cause": cause.value, "attempts": row.retry_count + 1},
+            )
+            return (
+                {"decision": "exhausted", "cause": cause.value},
+                policy,
+                event if policy.emit_retry_events else None,
+            )
+        delay = retry_delay(policy, row.id, row.retry_count)
+        due = now + dt.timedelta(seconds=delay)
+        RETRY_SCHEDULED.labels(cause=cause.value).inc()
+        attempt = row.retry_count + 2
+        event = UserEvent(
+            name="session.retry_scheduled",
+            session_id=str(row.id),
+            owner=owner,
+            detail={
+                "cause": cause.value,
+                "attempt": attempt,
+                "of": 1 + policy.max_retries,
+                "due_at": due.isoformat(),
+                "delay": delay,
+            },
+        )
+        decision = {
+            "decision": "scheduled",
+            "cause": cause.value,
+            "due_at": due.isoformat(),
+            "attempt": attempt,
+            "delay": delay,
+        }
+        return decision, policy, event if policy.emit_retry_events else None
+
+    # -- 2. dispatch --------------------------------------------------------------------------
+
+    async def dispatch(self) -> int:
+        now = dt.datetime.now(dt.UTC)
+        created = 0
+        async with self._engine.begin() as conn:
+            for parent in await _due(conn, now):
+                child = await self._create_child(conn, parent)
+                if child is not None:
+                    created += 1
+                await conn.execute(_MARK_CHILD, {"id": parent.id, "child": str(child or "")})
+        return created
+
+    async def _create_child(self, conn: AsyncConnection, parent: Row[Any]) -> uuid.UUID | None:
+        n = parent.retry_count + 1
+        child_id = uuid.uuid4()
+        base = parent.creation_id or str(parent.id)
+        cause = (parent.status_info.get("retry") or {}).get("cause")
+        inserted = await conn.execute(
+            insert(Session)
+            .values(
+                id=child_id,
+                name=parent.name,
+                creation_id=f"{base}:retry:{n}",
+                access_key=parent.access_key,
+                user_id=parent.user_id,
+                project_id=parent.project_id,
+                domain_name=parent.domain_name,
+                scaling_group=parent.scaling_group,
+                type=parent.type,
+                image=parent.image,
+                command=parent.command,
+                environ=parent.environ,
+                resources=parent.resources,
+                cluster_size=parent.cluster_size,
+                cluster_mode=parent.cluster_mode,
+                priority=parent.priority,
+                status=SessionStatus.PENDING.value,
+                status_info={},
+                parent_session_id=parent.id,
+                retry_count=n,
+                max_retries=parent.max_retries,
+                retry_policy=parent.retry_policy,
+                retry_cause=cause,
+            )
+            .on_conflict_do_nothing(index_elements=[Session.access_key, Session.creation_id])
+            .returning(Session.id)
+        )
+        if inserted.first() is None:
+            return None  # another manager made it
+        await conn.execute(
+            insert(Kernel),
+            [
+                {
+                    "session_id": child_id,
+                    "cluster_role": "main" if i == 0 else "sub",
+                    "cluster_idx": i,
+                    "status": KernelStatus.PENDING.value,
+                    "occupied_slots": parent.resources,
+                }
+                for i in range(parent.cluster_size)
+            ],
+        )
+        deps = (
+            (
+                await conn.execute(
+                    select(SessionDependency.depends_on).where(SessionDependency.session_id == parent.id)
+                )
+            )
+            .scalars()
+            .all()
+        )
+        if deps:
+            await conn.execute(
+                insert(SessionDependency), [{"session_id": child_id, "depends_on": d} for d in deps]
+            )
+        await conn.execute(
+            insert(AuditLog).values(
+                actor=parent.access_key,
+                action="session.retry",
+                target=str(child_id),
+                detail={
+                    "parent": str(parent.id),
+                    "cause": cause,
+                    "attempt": f"attempt {n + 1} of {1 + parent.max_retries}",
+                },
+            )
+        )
+        log.info("session.retry_dispatched", parent=str(parent.id), child=str(child_id), attempt=n + 1)
+        return child_id
+
+    # -- 3. count -----------------------------------------------------------------------------
+
+    async def count_successes(self) -> int:
+        async with self._engine.begin() as conn:
+            done = await conn.execute(
+                text(
+                    "UPDATE sessions"
+                    ' SET status_info = status_info || \'{"retry": {"decision": "succeeded"}}\''
+                    " WHERE status = 'TERMINATED' AND result = 'SUCCESS' AND retry_count > 0"
+                    " AND NOT (status_info ? 'retry') RETURNING id"
+                )
+            )
+            n = len(done.all())
+        if n:
+            RETRY_SUCCEEDED.inc(n)
+        return n
+
+
+async def _due(conn: AsyncConnection, now: dt.datetime) -> Sequence[Row[Any]]:
+    return (
+        await conn.execute(
+            select(*Session.__table__.c)
+            .where(
+                text(
+                    "status_info -> 'retry' ->> 'decision' = 'scheduled'"
+                    " AND NOT (status_info -> 'retry' ? 'child')"
+                    " AND CAST(status_info -> 'retry' ->> 'due_at' AS timestamptz) <= :now"
+                ).bindparams(now=now)
+            )
+            .order_by(Session.created_at)
+            .limit(BATCH)
+            .with_for_update(skip_locked=True)
+        )
+    ).all()
+
+
+def _json(value: dict[str, Any]) -> str:
+    return json.dumps(value)
