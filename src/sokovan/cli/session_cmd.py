@@ -1,4 +1,4 @@
-"""`sokovan session create/info/list/terminate/logs/history`: a client of REST v2."""
+"""`sokovan session create/info/list/terminate/attempts/logs/history`: a client of REST v2."""
 
 from __future__ import annotations
 
@@ -448,7 +448,9 @@ def info(session_id: str, as_json: bool, api_url: str | None, token: str | None,
             s["retry_state"] + (f", retry of {s['parent_session_id']}" if s.get("parent_session_id") else ""),
         ),
         ("retry cause", s.get("retry_cause")),
-        ("retry chain", " -> ".join(s["retry_chain"]) if len(s.get("retry_chain") or []) > 1 else None),
+        ("retry decision", _retry_decision(info_.get("retry"))),
+        ("next attempt", s.get("retry_child_id")),
+        ("retry chain", _chain(s)),
     ]
     for label, value in rows:
         if value not in (None, ""):
@@ -458,6 +460,48 @@ def info(session_id: str, as_json: bool, api_url: str | None, token: str | None,
         exit_code = "" if k.get("exit_code") is None else f"  exit={k['exit_code']}"
         agent = k.get("agent_id") or "-"
         click.echo(f"  {k['id']}  {k['cluster_role']:<4}  {k['status']:<11}  agent={agent}{exit_code}")
+
+
+def _retry_decision(decision: Any) -> str | None:
+    """What the retry engine decided when this attempt failed (status_info.retry)."""
+    if not isinstance(decision, dict) or not decision.get("decision"):
+        return None
+    what = str(decision["decision"])
+    if what == "scheduled" and decision.get("due_at"):
+        return f"scheduled, due at {decision['due_at']}"
+    if decision.get("reason"):
+        return f"{what}: {decision['reason']}"
+    return what
+
+
+def _chain(s: dict[str, Any]) -> str | None:
+    """The retry chain, oldest first, this session in [brackets]; None outside a chain."""
+    chain = s.get("retry_chain") or []
+    if len(chain) < 2:
+        return None
+    return " -> ".join(f"[{i}]" if i == s["id"] else i for i in chain)
+
+
+@session.command()
+@click.argument("session_id")
+@click.option("--json", "as_json", is_flag=True)
+@api_options
+def attempts(
+    session_id: str, as_json: bool, api_url: str | None, token: str | None, config: str | None
+) -> None:
+    """Show every attempt of the session's retry chain, oldest first."""
+    client = _client(api_url, token, config)
+    with _api_errors():
+        items = client.paged(_sid(session_id) + "/attempts")
+    if as_json:
+        _dump({"items": items, "next_cursor": None})
+        return
+    click.echo(f"{'#':<3}  {'ID':<36}  {'STATUS':<11}  {'RESULT':<8}  {'CAUSE':<19}  {'CREATED':<27}  ENDED")
+    for a in items:
+        click.echo(
+            f"{a['retry_count'] + 1:<3}  {a['id']:<36}  {a['status']:<11}  {a.get('result') or '-':<8}  "
+            f"{a.get('cause') or '-':<19}  {a['created_at']:<27}  {a.get('terminated_at') or '-'}"
+        )
 
 
 @session.command(name="list")

@@ -1,6 +1,7 @@
 """Cluster settings in etcd: validated by pydantic, watched, applied live.
 
-Each section is one JSON object at `<prefix>/config/<section>`. A value that fails validation
+Each section is one JSON value at `<prefix>/config/<section>` (an object for most; a bare
+`true`/`false` for the retry kill switch `manager/retry_enabled`). A value that fails validation
 is ignored with a logged error and the previous value stays in force: never half-applied.
 A deleted key falls back to the defaults.
 """
@@ -9,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Callable
 from typing import Any
 
 import aetcd
 import structlog
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, ValidationError
+
+from sokovan.common.retry_policy import RetryPolicy
 
 log = structlog.get_logger(__name__)
 
@@ -62,11 +64,26 @@ class MaintenanceSettings(_Strict):
     agent_lost_timeout: float = Field(30.0, gt=0)
 
 
-SECTIONS: dict[str, type[_Strict]] = {
+# section → the type its JSON value must validate as; the live attribute is the last path part.
+SECTIONS: dict[str, Any] = {
     "manager/loops": LoopSettings,
     "manager/phases": PhaseSettings,
     "manager/maintenance": MaintenanceSettings,
+    # Seed 004: the cluster retry default (a bare RetryPolicy object) and the kill switch.
+    "manager/retry_policy_default": RetryPolicy,
+    "manager/retry_enabled": StrictBool,
 }
+RETRY_POLICY_DEFAULT = "manager/retry_policy_default"
+RETRY_ENABLED = "manager/retry_enabled"
+
+_ADAPTERS: dict[str, TypeAdapter[Any]] = {name: TypeAdapter(tp) for name, tp in SECTIONS.items()}
+# What a section is when its key is absent (models: their defaults).
+_DEFAULTS: dict[str, Callable[[], Any]] = {RETRY_ENABLED: lambda: True}
+
+
+def section_default(section: str) -> Any:
+    factory = _DEFAULTS.get(section)
+    return factory() if factory is not None else SECTIONS[section]()
 
 
 class ClusterConfig:
@@ -76,6 +93,9 @@ class ClusterConfig:
         self.loops = LoopSettings()
         self.phases = PhaseSettings()
         self.maintenance = MaintenanceSettings()
+        # Seed 004. Shipped default: max_retries 0, so nothing is retried unless asked for.
+        self.retry_policy_default: RetryPolicy = RetryPolicy()
+        self.retry_enabled: bool = True  # the kill switch: False stops every new retry at once
         self._listeners: list[Callable[[str], None]] = []
 
     def on_change(self, listener: Callable[[str], None]) -> None:
@@ -83,11 +103,11 @@ class ClusterConfig:
 
     def apply(self, section: str, raw: bytes | None) -> bool:
         """Validate and apply one section; False (and nothing changed) when the value is invalid."""
-        model = SECTIONS.get(section)
-        if model is None:
+        adapter = _ADAPTERS.get(section)
+        if adapter is None:
             return False
         try:
-            value: Any = model() if raw is None else model.model_validate(json.loads(raw))
+            value: Any = section_default(section) if raw is None else adapter.validate_json(raw)
         except (ValidationError, ValueError) as exc:
             log.error("cluster_config.invalid", section=section, error=str(exc))
             return False
@@ -98,12 +118,13 @@ class ClusterConfig:
         return True
 
 
-def validate_section(section: str, value: Any) -> _Strict:
-    """For writers (API, CLI): raise ValueError on an unknown section or an invalid value."""
-    model = SECTIONS.get(section)
-    if model is None:
+def validate_section(section: str, value: Any) -> Any:
+    """For writers (API, CLI): raise ValueError on an unknown section or an invalid value
+    (a pydantic ValidationError is a ValueError)."""
+    adapter = _ADAPTERS.get(section)
+    if adapter is None:
         raise ValueError(f"unknown config section {section!r}")
-    return model.model_validate(value)
+    return adapter.validate_python(value)
 
 
 class EtcdConfigWatcher:
@@ -117,10 +138,12 @@ class EtcdConfigWatcher:
     def _section(self, key: bytes) -> str:
         return key.decode()[len(self._root) :]
 
-    async def load(self) -> None:
+    async def load(self) -> int:
+        """Apply every section as it is now; the etcd revision it was read at."""
         result = await self._client.get_prefix(self._root.encode())
         for kv in result:
             self._config.apply(self._section(kv.key), kv.value)
+        return int(result.header.revision)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -132,8 +155,10 @@ class EtcdConfigWatcher:
                     await asyncio.wait_for(stop.wait(), 2.0)
 
     async def _watch(self, stop: asyncio.Event) -> None:
-        await self.load()  # catch up on anything missed while (re)connecting
-        watch = await self._client.watch_prefix(self._root.encode())
+        # Catch up on anything missed while (re)connecting, then watch from just after what was
+        # read, so a change made between the read and the watch is not lost.
+        revision = await self.load()
+        watch = await self._client.watch_prefix(self._root.encode(), start_revision=revision + 1)
         iterator = watch.__aiter__()
         stopper = asyncio.create_task(stop.wait())
         try:

@@ -8,8 +8,10 @@ from typing import Any
 
 from aiohttp import web
 
+from sokovan.config.cluster import ClusterConfig
 from sokovan.manager.api import (
     agents,
+    config,
     events,
     health,
     keypairs,
@@ -40,6 +42,7 @@ def all_routes() -> list[Route]:
         *policies.ROUTES,
         *scaling_groups.ROUTES,
         *agents.ROUTES,
+        *config.ROUTES,
         *events.ROUTES,
         *health.ROUTES,
         *metrics.ROUTES,
@@ -54,11 +57,14 @@ def _version() -> str:
         return "0"
 
 
-def create_app(ctx: ManagerContext) -> web.Application:
+def create_app(ctx: ManagerContext, cluster_config: ClusterConfig | None = None) -> web.Application:
+    """`cluster_config`: the manager's live settings (kept current by its etcd watcher); without
+    one, the app follows etcd with a watcher of its own."""
     app = web.Application(middlewares=[problem_middleware, auth_middleware])
     app[CTX_KEY] = ctx
     app[CONTROLLER_KEY] = SchedulingController(ctx)
     events.setup(app)
+    config.setup(app, cluster_config)
     routes = all_routes()
     app[OPENAPI_KEY] = build_document(routes, _version())
     for route in routes:

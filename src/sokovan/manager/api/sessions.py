@@ -1,14 +1,16 @@
-"""`/v2/sessions`: create, read, list, terminate, history and logs."""
+"""`/v2/sessions`: create, read, list, terminate, retry attempts, history and logs."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import uuid
 
 import structlog
 from aiohttp import web
+from pydantic import BaseModel, Field
 
-from sokovan.common.types import SessionStatus, SessionType
+from sokovan.common.types import SessionResult, SessionStatus, SessionType
 from sokovan.manager.api.auth import CTX_KEY, principal_of
 from sokovan.manager.api.common import (
     CONTROLLER_KEY,
@@ -33,6 +35,24 @@ from sokovan.manager.repositories import sessions_read
 from sokovan.manager.repositories.tenancy import Principal
 
 log = structlog.get_logger(__name__)
+
+
+class AttemptOut(BaseModel):
+    """One attempt of a retry chain: the original session (retry_count 0) or one of its retries."""
+
+    id: uuid.UUID
+    status: SessionStatus
+    result: SessionResult | None
+    cause: str | None = Field(description="status_info.cause: what ended it (null while running, or success)")
+    retry_count: int
+    retry_cause: str | None = Field(description="the failure of the previous attempt that created it")
+    created_at: dt.datetime
+    terminated_at: dt.datetime | None
+
+
+class AttemptList(BaseModel):
+    items: list[AttemptOut] = Field(description="the whole chain, oldest first")
+    next_cursor: str | None
 
 
 async def _session_or_404(request: web.Request, session_id: uuid.UUID, principal: Principal) -> SessionOut:
@@ -115,6 +135,16 @@ async def session_history(request: web.Request) -> web.Response:
     )
 
 
+async def session_attempts(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    session_id = path_uuid(request)
+    async with request.app[CTX_KEY].engine.connect() as conn:
+        items = await sessions_read.list_attempts(conn, session_id, principal)
+    if items is None:
+        raise Problem(404, "Not found", f"session {session_id} not found", slug="not-found")
+    return json_response(AttemptList(items=[AttemptOut.model_validate(i) for i in items], next_cursor=None))
+
+
 async def session_logs(request: web.Request) -> web.Response:
     principal = principal_of(request)
     session_id = path_uuid(request)
@@ -186,6 +216,14 @@ ROUTES = [
         "Terminate a session (idempotent)",
         {202: SessionOut},
         params=(SESSION_ID, Param("forced", "query", "skip the graceful stop", {"type": "boolean"})),
+    ),
+    Route(
+        "GET",
+        "/v2/sessions/{id}/attempts",
+        session_attempts,
+        "The session's retry chain, oldest first: each attempt's status, cause and timestamps",
+        {200: AttemptList},
+        params=(SESSION_ID,),
     ),
     Route(
         "GET",

@@ -190,12 +190,28 @@ async def _views(conn: AsyncConnection, rows: Sequence[Any]) -> list[dict[str, A
                 "max_retries": s.max_retries,
                 "retry_policy": s.retry_policy,
                 "retry_cause": s.retry_cause,
-                "retry_state": f"attempt {s.retry_count + 1} of {1 + s.max_retries}",
+                "retry_state": retry_state(
+                    s.retry_count, s.max_retries, s.status_info, children.get(s.id) is not None
+                ),
                 "retry_child_id": children.get(s.id),
                 "retry_chain": chains.get(s.id, [str(s.id)]),
             }
         )
     return out
+
+
+def retry_state(
+    retry_count: int, max_retries: int, status_info: dict[str, Any] | None, has_child: bool
+) -> str:
+    """`attempt N of M` (N = retry_count + 1, M = 1 + max_retries); while the engine has a retry
+    scheduled (`status_info.retry.decision == "scheduled"`) and the child does not exist yet,
+    `; retry N+1 due at <due_at>` follows."""
+    state = f"attempt {retry_count + 1} of {1 + max_retries}"
+    decision = (status_info or {}).get("retry")
+    if isinstance(decision, dict) and decision.get("decision") == "scheduled" and not has_child:
+        due = decision.get("due_at")
+        state += f"; retry {retry_count + 2} due at {due}" if due else f"; retry {retry_count + 2} pending"
+    return state
 
 
 _CHAIN_ROOTS = text(
@@ -237,6 +253,44 @@ async def _retry_chains(
         if r.parent is not None:
             children[r.parent] = str(r.cur)  # the newest child wins if there were several
     return {start: members[root] for start, root in roots.items()}, children
+
+
+async def list_attempts(
+    conn: AsyncConnection, session_id: uuid.UUID, principal: Principal
+) -> list[dict[str, Any]] | None:
+    """Every attempt of the session's retry chain, oldest first (the original, then each retry);
+    None when the session does not exist or the caller may not see it."""
+    if not await session_is_visible(conn, session_id, principal):
+        return None
+    chains, _ = await _retry_chains(conn, [session_id])
+    order = [uuid.UUID(i) for i in chains.get(session_id, [str(session_id)])]
+    rows = await conn.execute(
+        select(
+            Session.id,
+            Session.status,
+            Session.result,
+            Session.status_info,
+            Session.retry_count,
+            Session.retry_cause,
+            Session.created_at,
+            Session.terminated_at,
+        ).where(Session.id.in_(order), visible(principal))
+    )
+    by_id = {r.id: r for r in rows}
+    return [
+        {
+            "id": str(r.id),
+            "status": r.status,
+            "result": r.result,
+            "cause": (r.status_info or {}).get("cause"),
+            "retry_count": r.retry_count,
+            "retry_cause": r.retry_cause,
+            "created_at": _iso(r.created_at),
+            "terminated_at": _iso(r.terminated_at),
+        }
+        for r in (by_id.get(i) for i in order)
+        if r is not None
+    ]
 
 
 # -- history, kernels --------------------------------------------------------------------------

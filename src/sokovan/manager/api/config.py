@@ -1,0 +1,108 @@
+"""`/v2/config/retry-policy-default`: the cluster retry default (seed 004), kept in etcd.
+
+The value lives at `<prefix>/config/manager/retry_policy_default` as a bare RetryPolicy JSON
+object. Any authenticated user may read the value in force; an admin replaces it whole (fields
+left out take the seed's defaults), validated first (422 otherwise). The write goes to etcd and
+every manager's `EtcdConfigWatcher` picks it up; the answering manager applies it at once too,
+so a read right after a write sees it.
+
+The app reads the manager's live `ClusterConfig` when `create_app` is given one; otherwise (tests,
+tools) `setup` starts a watcher of its own for the app's lifetime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import structlog
+from aiohttp import web
+
+from sokovan.common.retry_policy import RetryPolicy
+from sokovan.config.cluster import RETRY_POLICY_DEFAULT, ClusterConfig, EtcdConfigWatcher
+from sokovan.manager.api.auth import CTX_KEY, principal_of, require_admin
+from sokovan.manager.api.common import json_response
+from sokovan.manager.api.openapi import Route
+from sokovan.manager.api.problems import parse_body
+from sokovan.manager.repositories import admin as admin_repo
+
+log = structlog.get_logger(__name__)
+
+CLUSTER_CONFIG_KEY = web.AppKey("cluster_config", ClusterConfig)
+
+
+def etcd_key(prefix: str, section: str = RETRY_POLICY_DEFAULT) -> str:
+    """`<prefix>/config/<section>`, no leading slash (as the watcher reads it)."""
+    return f"{prefix}/config/{section}"
+
+
+def setup(app: web.Application, config: ClusterConfig | None = None) -> None:
+    if config is not None:
+        app[CLUSTER_CONFIG_KEY] = config  # the manager's own, kept live by its watcher
+        return
+    app[CLUSTER_CONFIG_KEY] = ClusterConfig()
+    app.cleanup_ctx.append(_own_watcher)
+
+
+async def _own_watcher(app: web.Application) -> AsyncIterator[None]:
+    ctx = app[CTX_KEY]
+    watcher = EtcdConfigWatcher(ctx.etcd, ctx.settings.etcd_prefix, app[CLUSTER_CONFIG_KEY])
+    try:
+        await watcher.load()
+    except Exception as exc:  # etcd down at start: serve the defaults, the watcher catches up
+        log.error("cluster_config.load_failed", error=repr(exc))
+    stop = asyncio.Event()
+    task = asyncio.create_task(watcher.run(stop), name="api-config-watcher")
+    try:
+        yield
+    finally:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 5)
+
+
+async def get_retry_policy_default(request: web.Request) -> web.Response:
+    principal_of(request)
+    return json_response(request.app[CLUSTER_CONFIG_KEY].retry_policy_default)
+
+
+async def put_retry_policy_default(request: web.Request) -> web.Response:
+    admin = require_admin(request)
+    policy = await parse_body(request, RetryPolicy)
+    ctx = request.app[CTX_KEY]
+    # Stored whole: every field, the omitted ones at the seed's defaults.
+    raw = policy.model_dump_json().encode()
+    key = etcd_key(ctx.settings.etcd_prefix)
+    await ctx.etcd.put(key.encode(), raw)
+    request.app[CLUSTER_CONFIG_KEY].apply(RETRY_POLICY_DEFAULT, raw)
+    async with ctx.engine.begin() as conn:
+        await admin_repo.audit(
+            conn,
+            admin.access_key,
+            "retry_policy_default.put",
+            key,
+            {"retry_policy_default": policy.model_dump(mode="json")},
+        )
+    return json_response(request.app[CLUSTER_CONFIG_KEY].retry_policy_default)
+
+
+ROUTES = [
+    Route(
+        "GET",
+        "/v2/config/retry-policy-default",
+        get_retry_policy_default,
+        "The cluster retry default in force (etcd `<prefix>/config/manager/retry_policy_default`)",
+        {200: RetryPolicy},
+    ),
+    Route(
+        "PUT",
+        "/v2/config/retry-policy-default",
+        put_retry_policy_default,
+        "Replace the cluster retry default whole (omitted fields take the seed's defaults); "
+        "validated, then written to etcd, where every manager picks it up without a restart",
+        {200: RetryPolicy},
+        request=RetryPolicy,
+        admin=True,
+    ),
+]
