@@ -298,3 +298,26 @@ async def test_retry_policy_is_accepted_and_refused_on_create(api: Api) -> None:
         {"eligible_causes": ["QUOTA_EXCEEDED"]},
     ):
         await assert_problem(await api.create(api.alice, retry_policy=bad), 422)
+
+
+async def test_a_new_session_counts_its_attempts_from_the_defaults(ctx: ManagerContext, api: Api) -> None:
+    """Session > project > domain > cluster, field by field: known from creation on."""
+    live = ClusterConfig()
+    live.apply("manager/retry_policy_default", b'{"max_retries": 2}')
+    client = TestClient(TestServer(create_app(ctx, live)))
+    await client.start_server()
+    try:
+        body = {"image": "python:3", "type": "batch", "command": "true"}
+        resp = await client.post("/v2/sessions", json=body, headers=api.alice)
+        assert (await resp.json())["retry_state"] == "attempt 1 of 3"  # the cluster default
+        resp = await client.put(
+            "/v2/projects/default", json={"retry_policy_default": {"retry_delay": 5}}, headers=api.admin
+        )
+        assert resp.status == 200  # sets a field the cluster default does not: both apply
+        resp = await client.post("/v2/sessions", json=body, headers=api.alice)
+        assert (await resp.json())["retry_state"] == "attempt 1 of 3"
+        own = {**body, "retry_policy": {"max_retries": 0}}
+        resp = await client.post("/v2/sessions", json=own, headers=api.alice)
+        assert (await resp.json())["retry_state"] == "attempt 1 of 1"  # the session's own wins
+    finally:
+        await client.close()

@@ -59,7 +59,7 @@ async def run_manager(
         handler=EventDispatcher(engine, hints, events),
     )
     ctx = ManagerContext(settings=settings, engine=engine, redis=redis, etcd=etcd, hints=hints, rpc=rpc)
-    runner = web.AppRunner(create_app(ctx), access_log=None)
+    runner = web.AppRunner(create_app(ctx, config), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, settings.api_host, settings.api_port, reuse_port=reuse_port or None)
     await site.start()

@@ -91,8 +91,12 @@ class TenantLimitsPut(BaseModel):
         values = {
             "total_resource_slots": self.total_resource_slots,
             "default_for_unspecified": self.default_for_unspecified,
+            # Only the fields given are stored, so that retry defaults merge field by field
+            # (session > project > domain > cluster); the response shows them filled in.
             "retry_policy_default": (
-                self.retry_policy_default.model_dump(mode="json") if self.retry_policy_default else None
+                self.retry_policy_default.model_dump(mode="json", exclude_unset=True)
+                if self.retry_policy_default
+                else None
             ),
         }
         return {k: v for k, v in values.items() if k in self.model_fields_set}
@@ -104,6 +108,11 @@ class DomainOut(BaseModel):
     default_for_unspecified: DefaultForUnspecified
     retry_policy_default: dict[str, Any] | None
     created_at: dt.datetime
+
+    @field_validator("retry_policy_default")
+    @classmethod
+    def _filled(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else RetryPolicy.model_validate(value).model_dump(mode="json")
 
 
 class ProjectOut(DomainOut):

@@ -62,9 +62,9 @@ def create_app(ctx: ManagerContext, cluster_config: ClusterConfig | None = None)
     one, the app follows etcd with a watcher of its own."""
     app = web.Application(middlewares=[problem_middleware, auth_middleware])
     app[CTX_KEY] = ctx
-    app[CONTROLLER_KEY] = SchedulingController(ctx)
-    events.setup(app)
     config.setup(app, cluster_config)
+    app[CONTROLLER_KEY] = SchedulingController(ctx, app[config.CLUSTER_CONFIG_KEY])
+    events.setup(app)
     routes = all_routes()
     app[OPENAPI_KEY] = build_document(routes, _version())
     for route in routes:

@@ -28,15 +28,17 @@ from sokovan.common.types import (
     SchedulingResult,
     SessionStatus,
 )
+from sokovan.config.cluster import ClusterConfig
 from sokovan.db.models import AuditLog, Kernel, Session, SessionDependency
 from sokovan.manager.context import SCHEDULE, ManagerContext
 from sokovan.manager.controller.admission import CapacityCache, admit
 from sokovan.manager.controller.errors import NotFound
 from sokovan.manager.controller.session_spec import SessionCreateRequest
 from sokovan.manager.repositories.sessions_read import visible
-from sokovan.manager.repositories.tenancy import Principal, owner_limits
+from sokovan.manager.repositories.tenancy import OwnerLimits, Principal, owner_limits
 from sokovan.manager.repositories.transitions import SessionTransition, apply_session_transitions
 from sokovan.orchestrator.provisioner.dry_run import DryRunRequest, DryRunResult, dry_run
+from sokovan.orchestrator.retry.policy import effective_policy
 
 log = structlog.get_logger(__name__)
 
@@ -65,8 +67,9 @@ class CreateOutcome:
 
 
 class SchedulingController:
-    def __init__(self, ctx: ManagerContext) -> None:
+    def __init__(self, ctx: ManagerContext, cluster: ClusterConfig | None = None) -> None:
         self._ctx = ctx
+        self._cluster = cluster or ClusterConfig()
         self._capacity = CapacityCache()
         self._events = UserEventPublisher(ctx.redis, ctx.settings.etcd_prefix)
         self._hint_pending: asyncio.Task[None] | None = None
@@ -84,7 +87,9 @@ class SchedulingController:
                     if existing is not None:
                         return CreateOutcome(existing, created=False)
                 depends_on = await admit(conn, principal, spec, per_kernel, limits, self._capacity)
-                session_id = await self._insert(conn, principal, spec, per_kernel, depends_on)
+                session_id = await self._insert(
+                    conn, principal, spec, per_kernel, depends_on, self._max_retries(spec, limits)
+                )
         except IntegrityError:
             # Two requests with one creation_id raced: the unique constraint let one of them in.
             if spec.creation_id is None:
@@ -140,6 +145,20 @@ class SchedulingController:
         ).scalar_one_or_none()
         return found
 
+    def _max_retries(self, spec: SessionCreateRequest, limits: OwnerLimits) -> int:
+        """What the effective policy allows (session > project > domain > cluster), so that the
+        session says "attempt 1 of M" from the start; the decision re-reads the defaults."""
+        given = spec.retry_policy.model_dump(mode="json", exclude_unset=True) if spec.retry_policy else None
+        try:
+            return effective_policy(
+                given,
+                limits.project_retry_default,
+                limits.domain_retry_default,
+                self._cluster.retry_policy_default,
+            ).max_retries
+        except ValueError:  # a stored default no longer valid: the session's own word
+            return spec.retry_policy.max_retries if spec.retry_policy else 0
+
     async def _insert(
         self,
         conn: AsyncConnection,
@@ -147,6 +166,7 @@ class SchedulingController:
         spec: SessionCreateRequest,
         per_kernel: ResourceSlots,
         depends_on: list[uuid.UUID],
+        max_retries: int = 0,
     ) -> uuid.UUID:
         session_id = uuid.uuid4()
         slots = per_kernel.to_json()
@@ -173,8 +193,9 @@ class SchedulingController:
                 "status": SessionStatus.PENDING.value,
                 "status_info": {},
                 "retry_count": 0,
-                "max_retries": policy.max_retries if policy else 0,
-                "retry_policy": policy.model_dump(mode="json") if policy else None,
+                "max_retries": max_retries,
+                # As given: unset fields come from the defaults when a retry is decided.
+                "retry_policy": policy.model_dump(mode="json", exclude_unset=True) if policy else None,
             },
         )
         await conn.execute(

@@ -202,6 +202,8 @@ class OwnerLimits:
     domain_quota: Quota | None
     max_concurrent_sessions: int | None
     max_pending_sessions: int | None
+    project_retry_default: dict[str, Any] | None = None
+    domain_retry_default: dict[str, Any] | None = None
 
     @property
     def quotas(self) -> list[Quota]:
@@ -229,6 +231,8 @@ _OWNER_LIMITS = (
         Project.default_for_unspecified.label("project_default"),
         Domain.total_resource_slots.label("domain_slots"),
         Domain.default_for_unspecified.label("domain_default"),
+        Project.retry_policy_default.label("project_retry"),
+        Domain.retry_policy_default.label("domain_retry"),
     )
     .outerjoin(KeypairResourcePolicy, KeypairResourcePolicy.name == Keypair.resource_policy)
     .join(Project, Project.id == bindparam("project_id"))
@@ -270,6 +274,8 @@ async def owner_limits(conn: AsyncConnection, principal: Principal, *, lock: boo
         domain_quota=quota_of(f"domain {principal.domain_name!r}", row.domain_slots, row.domain_default),
         max_concurrent_sessions=row.max_concurrent_sessions,
         max_pending_sessions=row.max_pending_sessions,
+        project_retry_default=row.project_retry,
+        domain_retry_default=row.domain_retry,
     )
 
 
