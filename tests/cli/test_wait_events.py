@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select
 
 from sokovan.bus.user_events import UserEvent, UserEventPublisher, user_events_channel
-from sokovan.cli import session_cmd
+from sokovan.cli import session_follow
 from sokovan.cli.client import ApiClient, EventStream
 from sokovan.common.types import SchedulingResult, SessionStatus
 from sokovan.db.models import User
@@ -173,11 +173,11 @@ class _OldServerClient(ApiClient):
 async def test_without_a_stream_it_polls(
     api: Api, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(session_cmd, "RESYNC_INTERVAL", 30.0)  # would time the test out if used
+    monkeypatch.setattr(session_follow, "RESYNC_INTERVAL", 30.0)  # would time the test out if used
     created = await (await api.create(api.alice, type="interactive", command=None, name="ev5")).json()
     sid = uuid.UUID(created["id"])
     client = _OldServerClient(str(api.client.make_url("")).rstrip("/"), api.alice["Authorization"][7:])
-    follow = asyncio.create_task(asyncio.to_thread(session_cmd._follow, client, str(sid), err=False))
+    follow = asyncio.create_task(asyncio.to_thread(session_follow.follow, client, str(sid), err=False))
     await asyncio.sleep(0.5)
     async with api.engine.begin() as conn:
         await apply_session_transitions(conn, [_move(sid, "PENDING", "SCHEDULED")])
