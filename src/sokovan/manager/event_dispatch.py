@@ -8,6 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sokovan.bus.hints import HintPublisher
 from sokovan.bus.user_events import UserEventPublisher, publish
 from sokovan.common.events import KERNEL_EVENT_TYPES, AgentEvent, AgentHeartbeat, AgentStopping
+from sokovan.common.metrics import EVENTS_CONSUMED
 from sokovan.manager.context import SCHEDULE
 from sokovan.manager.repositories.agents import record_heartbeats
 from sokovan.orchestrator.schedule.kernel_events import KernelEvent, KernelEventApplier
@@ -25,6 +26,8 @@ class EventDispatcher:
         self._kernels = KernelEventApplier(engine)
 
     async def __call__(self, events: list[AgentEvent]) -> None:
+        for event in events:
+            EVENTS_CONSUMED.labels(name=event.name).inc()
         beats = [e for e in events if isinstance(e, AgentHeartbeat)]
         kernel_events: list[KernelEvent] = [e for e in events if isinstance(e, KERNEL_EVENT_TYPES)]
         hint = False

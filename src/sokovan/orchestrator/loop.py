@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
+from sokovan.common.metrics import CYCLE_SECONDS
+
 log = structlog.get_logger(__name__)
 
 
@@ -54,7 +56,8 @@ class CoordinatorLoop:
     async def _run_once(self, kind: str) -> None:
         async with self._lock:
             try:
-                moved = await self._cycle()
+                with CYCLE_SECONDS.labels(lane=self.name).time():
+                    moved = await self._cycle()
             except Exception:
                 log.exception("coordinator.cycle_failed", coordinator=self.name, kind=kind)
                 return

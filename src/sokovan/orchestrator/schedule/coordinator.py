@@ -17,6 +17,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.bus.user_events import UserEventPublisher, publish
+from sokovan.common.metrics import HANDLER_RUNS, SESSION_TRANSITIONS
 from sokovan.common.types import FailureCause, KernelStatus, SchedulingResult, SessionStatus
 from sokovan.config.cluster import ClusterConfig
 from sokovan.manager.repositories.transitions import SessionTransition, apply_session_transitions
@@ -270,6 +271,10 @@ class ScheduleCoordinator:
             return False
         async with self._engine.begin() as conn:
             applied = await apply_session_transitions(conn, transitions)
+        for t in transitions:
+            HANDLER_RUNS.labels(handler=t.handler, result=t.result.value).inc()
+        for src, dst in applied.moved.values():
+            SESSION_TRANSITIONS.labels(from_status=src.value, to_status=dst.value).inc()
         await publish(self._events, applied.events())
         if applied.moved:
             moves = Counter(f"{src.value}->{dst.value}" for src, dst in applied.moved.values())
