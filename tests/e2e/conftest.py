@@ -32,10 +32,6 @@ def cluster(
     asyncio.run(truncate())
     workdir: Path = tmp_path_factory.mktemp("cluster")
     c = Cluster(service_env, workdir)
-    c.bootstrap()
-    c.start_manager()
-    c.start_agent("e2e-agent-1")
-    c.start_agent("e2e-agent-2")
 
     async def registered() -> int:
         from sqlalchemy import func, select
@@ -48,8 +44,12 @@ def cluster(
         await engine.dispose()
         return int(n or 0)
 
-    c._wait(lambda: asyncio.run(registered()) == 2, "both agents to register")
-    try:
+    try:  # from the first process on: a failed start must not leave daemons behind
+        c.bootstrap()
+        c.start_manager()
+        c.start_agent("e2e-agent-1")
+        c.start_agent("e2e-agent-2")
+        c._wait(lambda: asyncio.run(registered()) == 2, "both agents to register")
         yield c
     finally:
         c.stop()
