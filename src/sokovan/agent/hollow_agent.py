@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from sokovan.agent.images import ImageCatalog
 from sokovan.agent.process_backend import valid_kernel_id
+from sokovan.agent.reconcile import reconcile_event
 from sokovan.common.events import (
     AgentHeartbeat,
     KernelCreationFailed,
@@ -212,20 +213,14 @@ class HollowAgent:
 
         A "pull" kernel is prepared when its image is in the catalog: the pull failure rate
         simulates pulls, and reconcile pulls nothing."""
-        ids = {"agent_id": self.agent_id, "kernel_id": item.kernel_id, "session_id": item.session_id}
-        if item.kernel_id in self._live:
-            return KernelRunning(**ids)
         ended = self._ended.get(item.kernel_id)
-        if ended is not None:
-            return KernelTerminated(**ids, exit_code=ended[1], reason=ended[2])
-        if item.phase == "pull":
-            if item.image in self._behaviour.catalog:
-                return KernelPrepared(**ids)
-            message = f"image {item.image!r} is not available on agent {self.agent_id}"
-            return KernelImagePullFailed(**ids, message=message)
-        if item.phase == "run":
-            return KernelTerminated(**ids, exit_code=None, reason="lost")
-        return KernelTerminated(**ids, exit_code=None, reason="unknown")
+        return reconcile_event(
+            self.agent_id,
+            item,
+            live=item.kernel_id in self._live,
+            ended=(ended[1], ended[2]) if ended is not None else None,
+            image_available=item.image in self._behaviour.catalog,
+        )
 
     def _running(self, kernel: _Kernel) -> KernelRunning:
         return KernelRunning(agent_id=self.agent_id, kernel_id=kernel.kernel_id, session_id=kernel.session_id)

@@ -24,10 +24,9 @@ import structlog
 from pydantic import BaseModel
 
 from sokovan.agent.images import ImageCatalog
+from sokovan.agent.reconcile import reconcile_event
 from sokovan.common.events import (
     KernelCreationFailed,
-    KernelImagePullFailed,
-    KernelPrepared,
     KernelRunning,
     KernelTerminated,
 )
@@ -254,33 +253,21 @@ class ProcessBackend:
         await kernel.done.wait()
 
     async def reconcile(self, item: ReconcileItem) -> None:
-        """Re-publish the one event that tells `item`'s current state; starts and stops nothing.
-
-        A live kernel is KernelRunning (its pid), an ended one KernelTerminated (its exit code and
-        the reason it ended with); a kernel this agent does not know is judged by what the manager
-        believes: "pull" → KernelPrepared if the image is in the catalog (else
-        KernelImagePullFailed), "run" → KernelTerminated(reason="lost"), "terminate" →
-        KernelTerminated(reason="unknown").
-        """
-        ids = {"agent_id": self.agent_id, "kernel_id": item.kernel_id, "session_id": item.session_id}
+        """Re-publish the one event that tells `item`'s current state (`reconcile_event`);
+        starts and stops nothing."""
         async with self._lock:  # a create in progress is seen as done
             kernel = self._live.get(item.kernel_id)
-        if kernel is not None:
-            self._emit(KernelRunning(**ids, pid=kernel.proc.pid))
-            return
         ended = self._ended.get(item.kernel_id)
-        if ended is not None:
-            self._emit(KernelTerminated(**ids, exit_code=ended.exit_code, reason=ended.reason))
-        elif item.phase == "pull":
-            if item.image in self.catalog:
-                self._emit(KernelPrepared(**ids))
-            else:
-                message = f"image {item.image!r} is not available on agent {self.agent_id}"
-                self._emit(KernelImagePullFailed(**ids, message=message))
-        elif item.phase == "run":
-            self._emit(KernelTerminated(**ids, exit_code=None, reason="lost"))
-        else:
-            self._emit(KernelTerminated(**ids, exit_code=None, reason="unknown"))
+        self._emit(
+            reconcile_event(
+                self.agent_id,
+                item,
+                live=kernel is not None,
+                pid=kernel.proc.pid if kernel is not None else None,
+                ended=(ended.exit_code, ended.reason) if ended is not None else None,
+                image_available=item.image in self.catalog,
+            )
+        )
 
     async def shutdown(self) -> None:
         """Destroy every live kernel and wait until all of them have been reported."""
