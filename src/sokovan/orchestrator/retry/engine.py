@@ -37,11 +37,16 @@ from sokovan.orchestrator.retry.policy import classify_failure, effective_policy
 log = structlog.get_logger(__name__)
 BATCH = 500
 
-# A guarded write: a decision is taken once, whoever runs the lane.
+# One guarded, set-based write for a cycle's decisions: each is taken once, whoever runs the lane;
+# RETURNING tells which rows this run decided (the counters and events are for those only).
 _DECIDE = text(
-    "UPDATE sessions SET status_info = status_info || jsonb_build_object('retry', CAST(:retry AS jsonb)),"
-    " max_retries = :max_retries, retry_policy = CAST(:policy AS jsonb)"
-    " WHERE id = :id AND NOT (status_info ? 'retry')"
+    "UPDATE sessions AS s"
+    " SET status_info = s.status_info || jsonb_build_object('retry', v.retry),"
+    " max_retries = v.max_retries, retry_policy = v.policy"
+    " FROM (SELECT unnest(CAST(:ids AS uuid[])) AS id, unnest(CAST(:retries AS jsonb[])) AS retry,"
+    " unnest(CAST(:max_retries AS int[])) AS max_retries, unnest(CAST(:policies AS jsonb[])) AS policy) AS v"
+    " WHERE s.id = v.id AND NOT (s.status_info ? 'retry')"
+    " RETURNING s.id"
 )
 _MARK_CHILD = text(
     "UPDATE sessions"
@@ -100,21 +105,33 @@ class RetryCoordinator:
                     .limit(BATCH)
                 )
             ).all()
-            for row in rows:
-                decision, policy, event = self._decision(row, now)
-                done = await conn.execute(
-                    _DECIDE,
-                    {
-                        "id": row.id,
-                        "retry": _json(decision),
-                        "max_retries": policy.max_retries,
-                        "policy": policy.model_dump_json(),
-                    },
-                )
-                if getattr(done, "rowcount", 0) and event is not None:
-                    events.append(event)
+            decided = [(row.id, *self._decision(row, now)) for row in rows]
+            if not decided:
+                return 0
+            written = set(
+                (
+                    await conn.execute(
+                        _DECIDE,
+                        {
+                            "ids": [sid for sid, *_ in decided],
+                            "retries": [_json(d) for _, d, _, _ in decided],
+                            "max_retries": [p.max_retries for _, _, p, _ in decided],
+                            "policies": [p.model_dump_json() for _, _, p, _ in decided],
+                        },
+                    )
+                ).scalars()
+            )
+        for sid, decision, policy, event in decided:
+            if sid not in written:
+                continue  # another manager decided it first
+            if decision["decision"] == "scheduled":
+                RETRY_SCHEDULED.labels(cause=decision["cause"]).inc()
+            elif decision["decision"] == "exhausted":
+                RETRY_EXHAUSTED.labels(cause=decision["cause"]).inc()
+            if event is not None and policy.emit_retry_events:
+                events.append(event)
         await publish(self._events, events)
-        return len(rows)
+        return len(written)
 
     def _decision(self, row: Any, now: dt.datetime) -> tuple[dict[str, Any], RetryPolicy, UserEvent | None]:
         try:
@@ -131,21 +148,15 @@ class RetryCoordinator:
         if not self._config.retry_enabled:
             return {"decision": "ineligible", "reason": "retries are disabled cluster-wide"}, policy, None
         if row.retry_count >= policy.max_retries:
-            RETRY_EXHAUSTED.labels(cause=cause.value).inc()
             event = UserEvent(
                 name="session.retry_exhausted",
                 session_id=str(row.id),
                 owner=owner,
                 detail={"cause": cause.value, "attempts": row.retry_count + 1},
             )
-            return (
-                {"decision": "exhausted", "cause": cause.value},
-                policy,
-                event if policy.emit_retry_events else None,
-            )
+            return {"decision": "exhausted", "cause": cause.value}, policy, event
         delay = retry_delay(policy, row.id, row.retry_count)
         due = now + dt.timedelta(seconds=delay)
-        RETRY_SCHEDULED.labels(cause=cause.value).inc()
         attempt = row.retry_count + 2
         event = UserEvent(
             name="session.retry_scheduled",
@@ -166,7 +177,7 @@ class RetryCoordinator:
             "attempt": attempt,
             "delay": delay,
         }
-        return decision, policy, event if policy.emit_retry_events else None
+        return decision, policy, event
 
     # -- 2. dispatch --------------------------------------------------------------------------
 
