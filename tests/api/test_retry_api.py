@@ -1,4 +1,4 @@
-"""Retry surface of REST v2 (seed 004): the cluster default in real etcd, attempts, retry_state."""
+"""The retry surface of REST v2: the cluster default in real etcd, attempts, retry_state."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ async def test_round_trip_through_etcd_replaces_whole(
     assert stored["jitter_ratio"] == 0.25 and len(stored["eligible_causes"]) == 6
     assert await get_default(api, api.alice) == body
 
-    # PUT replaces it whole: what is left out goes back to the seed's defaults.
+    # PUT replaces it whole: what is left out goes back to the built-in defaults.
     body = await (await api.client.put(PATH, json={"max_retries": 1}, headers=api.admin)).json()
     assert body == {**SEED_DEFAULT, "max_retries": 1}
     assert json.loads((await etcd.get(key(settings))).value) == body

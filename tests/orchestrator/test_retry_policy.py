@@ -1,4 +1,4 @@
-"""Table tests for the pure retry rules (seed 004): backoff and jitter, precedence, classification."""
+"""Table tests for the pure rules of native session retry: backoff and jitter, precedence, classification."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def expected_deterministic(
 @pytest.mark.parametrize(
     ("fields", "retry_count", "base", "cap"),
     [
-        ({}, 0, 60.0, 3600.0),  # the seed's defaults: fixed 60 s, deterministic, ratio 0.25
+        ({}, 0, 60.0, 3600.0),  # the built-in defaults: fixed 60 s, deterministic, ratio 0.25
         ({"retry_delay": 10, "jitter_ratio": 1.0}, 3, 10.0, 3600.0),
         ({"backoff": "exponential", "retry_delay": 10}, 2, 40.0, 3600.0),
         (
@@ -194,7 +194,7 @@ def test_random_jitter_never_reaches_the_open_end() -> None:
 @pytest.mark.parametrize(
     ("name", "session", "project", "domain", "cluster", "want"),
     [
-        ("nothing anywhere: the seed", None, None, None, None, {"max_retries": 0, "retry_delay": 60.0}),
+        ("nothing anywhere: built-in", None, None, None, None, {"max_retries": 0, "retry_delay": 60.0}),
         ("cluster only", None, None, None, {"max_retries": 2}, {"max_retries": 2, "retry_delay": 60.0}),
         (
             "cluster as a model",

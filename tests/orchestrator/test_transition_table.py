@@ -1,8 +1,9 @@
-"""Every (handler, outcome) pair of seed 000's table, applied by the coordinator to real rows.
+"""Every (handler, outcome) pair of the unified handler pattern's table, applied by the coordinator
+to real rows.
 
 The handlers are the real classes with their real tables and targets; only `execute` is replaced
 so that each outcome can be forced, and the outcome is judged by the coordinator as in production
-(attempt limits, timeouts). The expected statuses are the seed's table, written out here.
+(attempt limits, timeouts). The expected statuses are that table, written out here.
 """
 
 from __future__ import annotations

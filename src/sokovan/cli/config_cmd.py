@@ -1,7 +1,7 @@
 """`sokovan config retry-default get/set`: the cluster retry default in etcd, through REST v2.
 
 `get` prints the default in force. `set` replaces it (admins only): with a JSON object, exactly
-that object (fields left out take the seed's defaults); with options only, the value in force
+that object (fields left out take the built-in defaults); with options only, the value in force
 with those fields changed; with both, the JSON object with the options applied on top.
 """
 

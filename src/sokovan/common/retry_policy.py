@@ -1,4 +1,4 @@
-"""The per-session retry policy (seed 004): what a failed session's retry looks like.
+"""The per-session retry policy of native session retry: what a failed session's retry looks like.
 
 Only the model and its validation live here; classification, backoff and the retry handler
 build on it. A policy is plain data, so it serialises to JSON for the sessions table, etcd and
@@ -19,6 +19,8 @@ from pydantic import (
     field_serializer,
     field_validator,
 )
+
+from sokovan.common.types import FailureCause
 
 MAX_RETRY_DELAY = 24 * 3600.0  # the hard ceiling of any retry delay, in seconds
 MAX_RETRIES_LIMIT = 100  # a guard against retry storms from a typo
@@ -48,13 +50,21 @@ class RetryEligibleCause(enum.StrEnum):
         return frozenset(cls)
 
 
-# Causes that never retry, whatever a policy says (seed 004, "Failure classification", plus
-# DEPENDENCY_FAILED: a dependency that ended badly stays ended). Lower case, as in the enum above.
-NEVER_RETRY_CAUSES = frozenset({"user_cancelled", "validation_error", "quota_exceeded", "dependency_failed"})
+# Causes that are never retried, whatever a policy says: they are permanent by definition (a
+# user's cancel, a request that can never be valid, a quota, and a dependency that ended badly
+# stays ended). None of them is a RetryEligibleCause, so no policy can make one eligible.
+NEVER_RETRIED: frozenset[FailureCause] = frozenset(
+    {
+        FailureCause.USER_CANCELLED,
+        FailureCause.VALIDATION_ERROR,
+        FailureCause.QUOTA_EXCEEDED,
+        FailureCause.DEPENDENCY_FAILED,
+    }
+)
 
 
 class RetryPolicy(BaseModel):
-    """Field names and defaults follow seed 004; total attempts = 1 + max_retries.
+    """Field names and defaults are the native session retry design's; total attempts = 1 + max_retries.
 
     Every constraint is on one field alone, so merging valid layers field by field (per-session >
     project > domain > cluster) always gives a valid policy. Infinity and NaN are refused.
@@ -80,7 +90,7 @@ class RetryPolicy(BaseModel):
             out = []
             for item in value:
                 name = item.lower() if isinstance(item, str) else item
-                if name in NEVER_RETRY_CAUSES:
+                if (item.upper() if isinstance(item, str) else item) in NEVER_RETRIED:
                     raise ValueError(f"{item!r} is never retried and cannot be made eligible")
                 out.append(name)
             return out

@@ -1,8 +1,8 @@
-"""`/v2/config/retry-policy-default`: the cluster retry default (seed 004), kept in etcd.
+"""`/v2/config/retry-policy-default`: the cluster retry default, kept in etcd.
 
 The value lives at `<prefix>/config/manager/retry_policy_default` as a bare RetryPolicy JSON
 object. Any authenticated user may read the value in force; an admin replaces it whole (fields
-left out take the seed's defaults), validated first (422 otherwise). The write goes to etcd and
+left out take RetryPolicy's built-in defaults), validated first (422 otherwise). The write goes to etcd and
 every manager's `EtcdConfigWatcher` picks it up; the answering manager applies it at once too,
 so a read right after a write sees it.
 
@@ -71,7 +71,7 @@ async def put_retry_policy_default(request: web.Request) -> web.Response:
     admin = require_admin(request)
     policy = await parse_body(request, RetryPolicy)
     ctx = request.app[CTX_KEY]
-    # Stored whole: every field, the omitted ones at the seed's defaults.
+    # Stored whole: every field, the omitted ones at RetryPolicy's built-in defaults.
     raw = policy.model_dump_json().encode()
     key = etcd_key(ctx.settings.etcd_prefix)
     await ctx.etcd.put(key.encode(), raw)
@@ -99,7 +99,7 @@ ROUTES = [
         "PUT",
         "/v2/config/retry-policy-default",
         put_retry_policy_default,
-        "Replace the cluster retry default whole (omitted fields take the seed's defaults); "
+        "Replace the cluster retry default whole (omitted fields take the built-in defaults); "
         "validated, then written to etcd, where every manager picks it up without a restart",
         {200: RetryPolicy},
         request=RetryPolicy,

@@ -1,1 +1,1 @@
-"""Native session retry (seed 004): the pure rules in `policy`, the engine built on them."""
+"""Native session retry: the pure rules in `policy`, the engine built on them."""

@@ -1,4 +1,4 @@
-"""The durable retry engine (seed 004): a lane that decides, waits and creates child sessions.
+"""The durable retry engine of native session retry: a lane that decides, waits and creates child sessions.
 
 Each cycle, under its own cluster-wide lock:
 1. **decide** — every batch session that ended in failure and has no decision yet gets one,

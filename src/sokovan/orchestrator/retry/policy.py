@@ -1,9 +1,9 @@
-"""The pure rules of native session retry (seed 004): no I/O, no clock, no database.
+"""The pure rules of native session retry: no I/O, no clock, no database.
 
 - `effective_policy`: per-session > project > domain > cluster default, merged field by field.
 - `classify_failure`: what ended a session, from its status, result and `status_info.cause`.
 - `is_eligible`: whether that cause may be retried under a policy (batch sessions only).
-- `retry_delay`: the backoff formula with its jitter, exactly as the seed (and docs/retry.md) say.
+- `retry_delay`: the backoff formula with its jitter, exactly as docs/retry.md states it.
 
 The retry engine decides *when* to call these; everything here is deterministic given its
 arguments (random jitter takes the generator as an argument).
@@ -20,6 +20,7 @@ from typing import Any
 
 from sokovan.common.retry_policy import (
     MAX_RETRY_DELAY,
+    NEVER_RETRIED,
     BackoffStrategy,
     JitterMode,
     RetryEligibleCause,
@@ -35,16 +36,6 @@ __all__ = [
     "is_eligible",
     "retry_delay",
 ]
-
-# Causes that are never retried, whatever a policy says: they are permanent by definition.
-NEVER_RETRIED: frozenset[FailureCause] = frozenset(
-    {
-        FailureCause.USER_CANCELLED,
-        FailureCause.VALIDATION_ERROR,
-        FailureCause.QUOTA_EXCEEDED,
-        FailureCause.DEPENDENCY_FAILED,
-    }
-)
 
 # No retry is ever delayed longer than this (seconds), whatever max_retry_delay says.
 HARD_CEILING: float = MAX_RETRY_DELAY  # 86400.0
@@ -70,7 +61,7 @@ def effective_policy(
 ) -> RetryPolicy:
     """Merge the layers field by field, the most specific first: a field set on the session wins
     over the project's, which wins over the domain's, which wins over the cluster default; a field
-    no layer sets takes the seed's default. `eligible_causes` is one field: the most specific layer
+    no layer sets takes its built-in default. `eligible_causes` is one field: the most specific layer
     that sets it replaces the whole set (it is not a union). A field given as null counts as set
     (only `max_retry_delay` accepts null: "no cap but the 24 h ceiling").
 
