@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.types import AgentStatus, KernelStatus
 from sokovan.db.models import Agent, ScalingGroup
+from sokovan.orchestrator.provisioner.reasons import PLACED_MEANWHILE, filled_up
 from sokovan.orchestrator.provisioner.snapshot import Placement, Plan
 from sokovan.orchestrator.schedule.repository import holds_slots
 
@@ -61,12 +62,12 @@ class Conflict(Exception):
 
 class Overfull(Conflict):
     def __init__(self, agents: list[str]) -> None:
-        super().__init__(f"agent {', '.join(agents)} filled up meanwhile; retrying")
+        super().__init__(filled_up(agents))
 
 
 class AlreadyPlaced(Conflict):
     def __init__(self) -> None:
-        super().__init__("placed meanwhile by another scheduler")
+        super().__init__(PLACED_MEANWHILE)
 
 
 class RepositoryAllocator:

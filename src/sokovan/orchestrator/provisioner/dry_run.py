@@ -14,6 +14,7 @@ from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.orchestrator.handler_types import KernelInfo, SessionWithKernels
 from sokovan.orchestrator.provisioner.build import provisioner_for
 from sokovan.orchestrator.provisioner.loader import load_snapshots
+from sokovan.orchestrator.provisioner.reasons import WAITING, rejected, unknown_scaling_group
 
 
 @dataclass(frozen=True)
@@ -86,12 +87,12 @@ async def dry_run(conn: AsyncConnection, req: DryRunRequest) -> DryRunResult:
     snapshots = await load_snapshots(conn, [session])
     snapshot = snapshots.get(req.scaling_group)
     if snapshot is None:
-        return DryRunResult(False, [], f"scaling group {req.scaling_group!r} does not exist")
+        return DryRunResult(False, [], unknown_scaling_group(req.scaling_group))
     plan = provisioner_for(snapshot).plan([session], snapshot)
     if plan.placements:
         placement = plan.placements[0]
         return DryRunResult(True, [placement.kernels[k.id] for k in kernels], None)
     if session.id in plan.rejected:
         cause, message = plan.rejected[session.id]
-        return DryRunResult(False, [], f"{message} ({cause})")
-    return DryRunResult(False, [], plan.waiting.get(session.id, "waiting"))
+        return DryRunResult(False, [], rejected(message, cause))
+    return DryRunResult(False, [], plan.waiting.get(session.id, WAITING))

@@ -21,6 +21,13 @@ from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus, ClusterMode
 from sokovan.orchestrator.handler_types import SessionWithKernels
 from sokovan.orchestrator.hooks import hook_for
+from sokovan.orchestrator.provisioner.reasons import (
+    AgentRefusal,
+    agents_fit,
+    insufficient,
+    multi_node_needs,
+    queued_behind,
+)
 from sokovan.orchestrator.provisioner.snapshot import AgentSnapshot, Placement, Plan, ScalingGroupSnapshot
 from sokovan.orchestrator.provisioner.stages import Reject, Selector, Sequencer, Validator, Wait
 
@@ -28,24 +35,17 @@ from sokovan.orchestrator.provisioner.stages import Reject, Selector, Sequencer,
 def why_not(agent: AgentSnapshot, image: str, slots: ResourceSlots, kernels: int) -> str | None:
     """None when `agent` can take `kernels` kernels needing `slots` in all, else the reason."""
     if agent.status != AgentStatus.READY:
-        return f"not {AgentStatus.READY.value}"
+        return AgentRefusal.NOT_READY
     if not agent.schedulable:
-        return "not schedulable"
+        return AgentRefusal.UNSCHEDULABLE
     if image not in agent.images:
-        return "image not offered"
+        return AgentRefusal.IMAGE_NOT_OFFERED
     if agent.max_kernels is not None and agent.kernel_count + kernels > agent.max_kernels:
-        return "at kernel limit"
+        return AgentRefusal.AT_KERNEL_LIMIT
     short = slots.shortfall(agent.free)
     if short:
-        return f"insufficient {short[0]}"
+        return insufficient(short[0])
     return None
-
-
-def summarize(total: int, fits: int, reasons: Counter[str]) -> str:
-    parts = ", ".join(
-        f"{n} {reason}" for reason, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))
-    )
-    return f"{fits}/{total} agents fit" + (f": {parts}" if parts else "")
 
 
 def rank_pending(sessions: Sequence[SessionWithKernels]) -> dict[uuid.UUID, int]:
@@ -80,7 +80,7 @@ class Provisioner:
                 plan.waiting[session.id] = verdict.reason
                 continue
             if blocker is not None:
-                plan.waiting[session.id] = f"queued behind session {blocker.id} (queue policy: block)"
+                plan.waiting[session.id] = queued_behind(blocker.id)
                 continue
             placement, reason = self._place(session, snapshot)
             if placement is None:
@@ -127,7 +127,7 @@ class Provisioner:
             )
         if agent is None:
             _, reasons = _filter(snapshot.agents, session.image, whole, len(kernels))
-            self._unfit[shape] = summarize(len(snapshot.agents), 0, reasons)
+            self._unfit[shape] = agents_fit(len(snapshot.agents), 0, reasons)
             return None, self._unfit[shape]
         agent.take(whole, len(kernels))
         self.selector.taken(agent)
@@ -149,8 +149,8 @@ class Provisioner:
             chosen.append(agent)
         if len(chosen) < len(kernels):
             fitting, reasons = _filter(snapshot.agents, session.image, session.resources, 1)
-            detail = summarize(len(snapshot.agents), len(fitting), reasons)
-            return None, f"multi-node needs {len(kernels)} agents: {detail}"
+            detail = agents_fit(len(snapshot.agents), len(fitting), reasons)
+            return None, multi_node_needs(len(kernels), detail)
         for agent in chosen:
             agent.take(session.resources, 1)
             self.selector.taken(agent)

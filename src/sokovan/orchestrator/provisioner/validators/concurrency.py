@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sokovan.orchestrator.handler_types import SessionWithKernels
+from sokovan.orchestrator.provisioner.reasons import at_concurrency_limit
 from sokovan.orchestrator.provisioner.snapshot import ScalingGroupSnapshot
 from sokovan.orchestrator.provisioner.stages import Verdict, Wait
 
@@ -17,5 +18,5 @@ class ConcurrencyValidator:
             return None
         running = snapshot.tenancy.active_sessions[session.access_key]
         if running >= cap:
-            return Wait(f"keypair at its concurrency limit ({running}/{cap} sessions)")
+            return Wait(at_concurrency_limit(running, cap))
         return None

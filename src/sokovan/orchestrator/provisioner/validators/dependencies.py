@@ -3,8 +3,15 @@ ended any other way, it never will, and is cancelled with DEPENDENCY_FAILED."""
 
 from __future__ import annotations
 
+import uuid
+
 from sokovan.common.types import FailureCause, SessionResult, SessionStatus
 from sokovan.orchestrator.handler_types import SessionWithKernels
+from sokovan.orchestrator.provisioner.reasons import (
+    MISSING_DEPENDENCY,
+    dependency_ended,
+    waiting_for_dependencies,
+)
 from sokovan.orchestrator.provisioner.snapshot import ScalingGroupSnapshot
 from sokovan.orchestrator.provisioner.stages import Reject, Verdict, Wait
 
@@ -15,15 +22,14 @@ class DependencyValidator:
     name = "dependencies"
 
     def check(self, session: SessionWithKernels, snapshot: ScalingGroupSnapshot) -> Verdict:
-        waiting = []
+        waiting: list[tuple[uuid.UUID, str]] = []
         for dep in session.depends_on:
-            status, result = snapshot.tenancy.dependencies.get(dep, ("missing", None))
+            status, result = snapshot.tenancy.dependencies.get(dep, (MISSING_DEPENDENCY, None))
             if status == SessionStatus.TERMINATED and result == SessionResult.SUCCESS:
                 continue
-            if status in _TERMINAL or status == "missing":
-                how = f"{status}/{result}" if result else status
-                return Reject(FailureCause.DEPENDENCY_FAILED.value, f"dependency {dep} ended {how}")
-            waiting.append(f"{dep} ({status})")
+            if status in _TERMINAL or status == MISSING_DEPENDENCY:
+                return Reject(FailureCause.DEPENDENCY_FAILED.value, dependency_ended(dep, status, result))
+            waiting.append((dep, status))
         if waiting:
-            return Wait("waiting for dependencies: " + ", ".join(waiting))
+            return Wait(waiting_for_dependencies(waiting))
         return None

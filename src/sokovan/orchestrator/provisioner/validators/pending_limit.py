@@ -5,6 +5,7 @@ holds when a policy is tightened while sessions wait)."""
 from __future__ import annotations
 
 from sokovan.orchestrator.handler_types import SessionWithKernels
+from sokovan.orchestrator.provisioner.reasons import over_pending_limit
 from sokovan.orchestrator.provisioner.snapshot import ScalingGroupSnapshot
 from sokovan.orchestrator.provisioner.stages import Verdict, Wait
 
@@ -17,5 +18,5 @@ class PendingLimitValidator:
         cap = policy.max_pending_sessions if policy else None
         rank = snapshot.pending_rank.get(session.id, 1)
         if cap is not None and rank > cap:
-            return Wait(f"keypair has more than {cap} pending sessions; older ones go first")
+            return Wait(over_pending_limit(cap))
         return None

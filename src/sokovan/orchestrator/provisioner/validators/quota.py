@@ -4,6 +4,7 @@ policy, the project and the domain. Every violated scope is named."""
 from __future__ import annotations
 
 from sokovan.orchestrator.handler_types import SessionWithKernels
+from sokovan.orchestrator.provisioner.reasons import quota_exceeded, quota_violation
 from sokovan.orchestrator.provisioner.snapshot import ScalingGroupSnapshot
 from sokovan.orchestrator.provisioner.stages import Verdict, Wait
 
@@ -26,7 +27,7 @@ class QuotaValidator:
                 continue
             excess = quota.excess(used, request)
             if excess:
-                violations.append(f"{quota.scope}: {', '.join(excess)}")
+                violations.append(quota_violation(quota.scope, excess))
         if violations:
-            return Wait("quota exceeded: " + "; ".join(violations))
+            return Wait(quota_exceeded(violations))
         return None

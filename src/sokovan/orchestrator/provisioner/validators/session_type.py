@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sokovan.common.types import FailureCause
 from sokovan.orchestrator.handler_types import SessionWithKernels
+from sokovan.orchestrator.provisioner.reasons import type_not_allowed
 from sokovan.orchestrator.provisioner.snapshot import ScalingGroupSnapshot
 from sokovan.orchestrator.provisioner.stages import Reject, Verdict
 
@@ -13,10 +14,8 @@ class SessionTypeValidator:
 
     def check(self, session: SessionWithKernels, snapshot: ScalingGroupSnapshot) -> Verdict:
         if session.type not in snapshot.allowed_session_types:
-            allowed = ", ".join(sorted(snapshot.allowed_session_types)) or "none"
             return Reject(
                 FailureCause.VALIDATION_ERROR.value,
-                f"scaling group {snapshot.name!r} no longer allows {session.type} sessions"
-                f" (allows: {allowed})",
+                type_not_allowed(snapshot.name, session.type, snapshot.allowed_session_types),
             )
         return None
