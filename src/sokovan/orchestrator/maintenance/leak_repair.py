@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.common.metrics import SLOT_DRIFT
 from sokovan.common.rpc import AgentRPCClient
-from sokovan.common.types import KernelStatus, SessionStatus
+from sokovan.common.types import AgentStatus, KernelStatus, SessionStatus
 from sokovan.db.models import Agent, Kernel, Session
 from sokovan.manager.repositories.transitions import KernelTransition, apply_kernel_transitions
 
@@ -32,8 +32,8 @@ _ORPHANS = text(
     SELECT a.id AS agent_id, a.rpc_addr, r.kid
     FROM agents a CROSS JOIN LATERAL jsonb_array_elements_text(a.running_kernels) AS r(kid)
     LEFT JOIN kernels k ON CAST(k.id AS text) = r.kid
-    WHERE a.status = 'READY'
-      AND (k.id IS NULL OR (k.status = ANY(:ended) AND k.terminated_at < a.last_heartbeat_at))
+    WHERE a.status = :ready
+      AND (k.id IS NULL OR (k.status = ANY(CAST(:ended AS text[])) AND k.terminated_at < a.last_heartbeat_at))
     """
 )
 
@@ -50,7 +50,7 @@ class LeakRepair:
     async def _destroy_orphans(self) -> None:
         ended = [s.value for s in KernelStatus.terminal()]
         async with self._engine.connect() as conn:
-            rows = (await conn.execute(_ORPHANS, {"ended": ended})).all()
+            rows = (await conn.execute(_ORPHANS, {"ready": AgentStatus.READY.value, "ended": ended})).all()
         per_agent: dict[tuple[str, str], list[str]] = defaultdict(list)
         for r in rows:
             per_agent[(r.agent_id, r.rpc_addr)].append(r.kid)

@@ -18,16 +18,21 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.common.rpc import AgentRPCClient, ReconcileItem
+from sokovan.common.types import AgentStatus, KernelStatus
 
 log = structlog.get_logger(__name__)
 
-_PHASE: dict[str, Literal["pull", "run", "terminate"]] = {
-    "PREPARING": "pull",
-    "PULLING": "pull",
-    "CREATING": "run",
-    "RUNNING": "run",
-    "TERMINATING": "terminate",
+# The phase an agent is asked about, per kernel status a suspect can be in.
+_PHASE: dict[KernelStatus, Literal["pull", "run", "terminate"]] = {
+    KernelStatus.PREPARING: "pull",
+    KernelStatus.PULLING: "pull",
+    KernelStatus.CREATING: "run",
+    KernelStatus.RUNNING: "run",
+    KernelStatus.TERMINATING: "terminate",
 }
+# The statuses in which a kernel waits for its agent's event; RUNNING is checked against the
+# agent's heartbeat instead.
+_AWAITING_EVENT = [s.value for s in _PHASE if s is not KernelStatus.RUNNING]
 
 _SUSPECTS = text(
     """
@@ -35,9 +40,9 @@ _SUSPECTS = text(
     FROM kernels k
     JOIN agents a ON a.id = k.agent_id
     JOIN sessions s ON s.id = k.session_id
-    WHERE a.status = 'READY' AND (
-        (k.status IN ('PREPARING', 'PULLING', 'CREATING', 'TERMINATING') AND k.status_changed_at < :before)
-        OR (k.status = 'RUNNING' AND k.status_changed_at < :before
+    WHERE a.status = :ready AND (
+        (k.status = ANY(CAST(:awaiting AS text[])) AND k.status_changed_at < :before)
+        OR (k.status = :running AND k.status_changed_at < :before
             AND a.last_heartbeat_at > k.status_changed_at + make_interval(secs => :grace)
             AND NOT (a.running_kernels ? CAST(k.id AS text)))
     )
@@ -59,7 +64,15 @@ class KernelReconciler:
         async with self._engine.connect() as conn:
             rows = (
                 await conn.execute(
-                    _SUSPECTS, {"before": before, "grace": reconcile_after, "limit": self._limit}
+                    _SUSPECTS,
+                    {
+                        "ready": AgentStatus.READY.value,
+                        "awaiting": _AWAITING_EVENT,
+                        "running": KernelStatus.RUNNING.value,
+                        "before": before,
+                        "grace": reconcile_after,
+                        "limit": self._limit,
+                    },
                 )
             ).all()
         per_agent: dict[tuple[str, str], list[ReconcileItem]] = defaultdict(list)

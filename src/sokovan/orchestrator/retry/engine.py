@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
 from sokovan.common.metrics import RETRY_EXHAUSTED, RETRY_SCHEDULED, RETRY_SUCCEEDED
 from sokovan.common.retry_policy import RetryPolicy
-from sokovan.common.types import KernelStatus, SessionStatus
+from sokovan.common.types import KernelStatus, SessionResult, SessionStatus
 from sokovan.config.cluster import ClusterConfig
 from sokovan.db.models import AuditLog, Domain, Kernel, Project, Session, SessionDependency
 from sokovan.orchestrator.locks import CycleLock
@@ -53,6 +53,13 @@ _MARK_CHILD = text(
     " SET status_info = jsonb_set(status_info, '{retry,child}', to_jsonb(CAST(:child AS text)))"
     " WHERE id = :id AND status_info -> 'retry' ->> 'decision' = 'scheduled'"
     " AND NOT (status_info -> 'retry' ? 'child')"
+)
+# A retried session that ended well is counted once (:terminated / :success from the enums).
+_COUNT_SUCCESSES = text(
+    "UPDATE sessions"
+    ' SET status_info = status_info || \'{"retry": {"decision": "succeeded"}}\''
+    " WHERE status = :terminated AND result = :success AND retry_count > 0"
+    " AND NOT (status_info ? 'retry') RETURNING id"
 )
 
 
@@ -275,12 +282,8 @@ class RetryCoordinator:
     async def count_successes(self) -> int:
         async with self._engine.begin() as conn:
             done = await conn.execute(
-                text(
-                    "UPDATE sessions"
-                    ' SET status_info = status_info || \'{"retry": {"decision": "succeeded"}}\''
-                    " WHERE status = 'TERMINATED' AND result = 'SUCCESS' AND retry_count > 0"
-                    " AND NOT (status_info ? 'retry') RETURNING id"
-                )
+                _COUNT_SUCCESSES,
+                {"terminated": SessionStatus.TERMINATED.value, "success": SessionResult.SUCCESS.value},
             )
             n = len(done.all())
         if n:
