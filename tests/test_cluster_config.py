@@ -58,7 +58,7 @@ async def test_watcher_applies_changes_live_and_ignores_invalid_values(
 
 
 async def test_retry_default_and_kill_switch_apply_live(etcd: aetcd.Client, settings: Settings) -> None:
-    """Seed 004: `manager/retry_policy_default` (a bare RetryPolicy object) and
+    """Native session retry: `manager/retry_policy_default` (a bare RetryPolicy object) and
     `manager/retry_enabled` (JSON true/false), written straight to etcd as with etcdctl."""
     policy_key = f"{settings.etcd_prefix}/config/manager/retry_policy_default".encode()
     switch_key = f"{settings.etcd_prefix}/config/manager/retry_enabled".encode()

@@ -113,10 +113,6 @@ class ProcessBackend:
     def running_kernels(self) -> list[str]:
         return sorted(self._live)
 
-    def pid_of(self, kernel_id: str) -> int | None:
-        kernel = self._live.get(kernel_id)
-        return kernel.proc.pid if kernel else None
-
     async def create(self, spec: KernelSpec) -> None:
         async with self._lock:
             existing = self._live.get(spec.kernel_id)

@@ -1,17 +1,11 @@
 """Status enums and value types shared by the manager, the agents and the CLI.
 
-The names and values are the external contract (CONTRACT.md section 2).
+The names and values are part of the external contract: clients read and send them as they are.
 """
 
 from __future__ import annotations
 
 import enum
-import uuid
-from typing import NewType
-
-SessionId = NewType("SessionId", uuid.UUID)
-KernelId = NewType("KernelId", uuid.UUID)
-AgentId = NewType("AgentId", str)
 
 
 class SessionStatus(enum.StrEnum):

@@ -69,7 +69,7 @@ SECTIONS: dict[str, Any] = {
     "manager/loops": LoopSettings,
     "manager/phases": PhaseSettings,
     "manager/maintenance": MaintenanceSettings,
-    # Seed 004: the cluster retry default (a bare RetryPolicy object) and the kill switch.
+    # Native session retry: the cluster retry default (a bare RetryPolicy object) and the kill switch.
     "manager/retry_policy_default": RetryPolicy,
     "manager/retry_enabled": StrictBool,
 }
@@ -93,13 +93,9 @@ class ClusterConfig:
         self.loops = LoopSettings()
         self.phases = PhaseSettings()
         self.maintenance = MaintenanceSettings()
-        # Seed 004. Shipped default: max_retries 0, so nothing is retried unless asked for.
+        # Native session retry. Shipped default: max_retries 0, so nothing is retried unless asked for.
         self.retry_policy_default: RetryPolicy = RetryPolicy()
         self.retry_enabled: bool = True  # the kill switch: False stops every new retry at once
-        self._listeners: list[Callable[[str], None]] = []
-
-    def on_change(self, listener: Callable[[str], None]) -> None:
-        self._listeners.append(listener)
 
     def apply(self, section: str, raw: bytes | None) -> bool:
         """Validate and apply one section; False (and nothing changed) when the value is invalid."""
@@ -113,8 +109,6 @@ class ClusterConfig:
             return False
         setattr(self, section.split("/")[-1], value)
         log.info("cluster_config.applied", section=section)
-        for listener in self._listeners:
-            listener(section)
         return True
 
 

@@ -17,6 +17,7 @@ from sokovan.manager.api.common import (
     json_response,
     path_uuid,
     query_bool,
+    query_csv,
     query_limit,
 )
 from sokovan.manager.api.openapi import SESSION_ID, Param, Route
@@ -83,14 +84,10 @@ async def get_session(request: web.Request) -> web.Response:
     return json_response(await _session_or_404(request, path_uuid(request), principal_of(request)))
 
 
-def _csv(request: web.Request, name: str) -> list[str]:
-    return [v.strip() for raw in request.query.getall(name, []) for v in raw.split(",") if v.strip()]
-
-
 async def list_sessions(request: web.Request) -> web.Response:
     principal = principal_of(request)
-    statuses = [s.upper() for s in _csv(request, "status")]
-    types = [t.lower() for t in _csv(request, "type")]
+    statuses = [s.upper() for s in query_csv(request, "status")]
+    types = [t.lower() for t in query_csv(request, "type")]
     bad = [s for s in statuses if s not in SessionStatus.__members__] + [
         t for t in types if t not in {m.value for m in SessionType}
     ]

@@ -18,14 +18,6 @@ class ControllerError(Exception):
         self.errors = errors
 
 
-class InvalidRequest(ControllerError):
-    """A field is wrong on its own (bad slot amount, missing command, ...)."""
-
-    status = 422
-    slug = "invalid-request"
-    title = "Invalid request"
-
-
 class UnknownReference(ControllerError):
     """The request names something that does not exist: scaling group, image, session, domain."""
 
