@@ -1,4 +1,4 @@
-"""Local settings: a TOML config file plus the contract's environment variables.
+"""Local settings: a TOML config file plus the documented `SOKOVAN_*` environment variables.
 
 The environment variable wins over the file; the file wins over the default.
 """
