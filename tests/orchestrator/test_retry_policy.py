@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from sokovan.common import retry_policy
 from sokovan.common.retry_policy import RetryEligibleCause, RetryPolicy
 from sokovan.common.types import FailureCause
 from sokovan.orchestrator.retry.policy import (
@@ -383,6 +384,14 @@ def test_is_eligible(cause: FailureCause, pol: RetryPolicy, session_type: str, w
 def test_never_retried_causes_cannot_be_made_eligible(cause: str) -> None:
     with pytest.raises(ValidationError):
         RetryPolicy.model_validate({"eligible_causes": [cause]})
+
+
+def test_never_retried_is_one_set_that_with_the_eligible_causes_covers_every_cause() -> None:
+    assert NEVER_RETRIED is retry_policy.NEVER_RETRIED  # the rules and the policy model share it
+    never = {c.value.lower() for c in NEVER_RETRIED}
+    eligible = {c.value for c in RetryEligibleCause}
+    assert never.isdisjoint(eligible)
+    assert never | eligible == {c.value.lower() for c in FailureCause}
 
 
 @pytest.mark.parametrize(
