@@ -13,7 +13,7 @@ from sokovan.config.cluster import ClusterConfig
 from sokovan.db.models import Agent, Base, Domain, Kernel, Keypair, Project, ScalingGroup, Session, User
 from sokovan.orchestrator.schedule.coordinator import ScheduleCoordinator
 from sokovan.orchestrator.schedule.handlers.lifecycle.schedule_new_sessions import ScheduleNewSessions
-from sokovan.orchestrator.schedule.repository import BATCH_LIMIT
+from sokovan.state.session_reads import BATCH_LIMIT
 
 SLOTS = {"cpu": "1", "mem": str(2**30)}
 
@@ -79,7 +79,7 @@ async def cycle_cost(engine: AsyncEngine, agents: int, pending: int) -> dict[str
     await _reset(engine, agents, pending)
     coordinator = ScheduleCoordinator(engine, ClusterConfig(), [ScheduleNewSessions(engine)])
     start = time.perf_counter()
-    await coordinator.run_lifecycle(ScheduleNewSessions(engine))
+    await coordinator.run_handler(ScheduleNewSessions(engine))
     took = time.perf_counter() - start
     async with engine.connect() as conn:
         placed = await conn.scalar(text("SELECT count(*) FROM sessions WHERE status = 'SCHEDULED'"))

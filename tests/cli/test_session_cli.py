@@ -9,7 +9,7 @@ from sqlalchemy import update
 
 from sokovan.common.types import SchedulingResult, SessionStatus
 from sokovan.db.models import Kernel, Session
-from sokovan.manager.repositories.transitions import SessionTransition, apply_session_transitions
+from sokovan.state.session_writes import SessionTransition, apply_session_transitions
 from tests.api.conftest import Api
 from tests.cli.conftest import SOKOVAN, run_cli
 

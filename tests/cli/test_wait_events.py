@@ -15,7 +15,7 @@ from sokovan.cli.client import ApiClient, EventStream
 from sokovan.common.types import SchedulingResult, SessionStatus
 from sokovan.db.models import User
 from sokovan.manager.context import ManagerContext
-from sokovan.manager.repositories.transitions import SessionTransition, apply_session_transitions
+from sokovan.state.session_writes import SessionTransition, apply_session_transitions
 from tests.api.conftest import Api
 from tests.cli.conftest import SOKOVAN, run_cli
 from tests.cli.test_session_cli import _session_id

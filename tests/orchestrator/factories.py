@@ -7,8 +7,8 @@ import uuid
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus, KernelStatus, SessionStatus
-from sokovan.orchestrator.handler_types import KernelInfo, SessionWithKernels
 from sokovan.orchestrator.provisioner.snapshot import AgentSnapshot, ScalingGroupSnapshot
+from sokovan.state.session_reads import KernelInfo, SessionWithKernels
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 PROJECT = uuid.UUID(int=1)

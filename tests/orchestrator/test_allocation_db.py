@@ -18,7 +18,7 @@ from sokovan.orchestrator.provisioner.invariants import check_invariants
 from sokovan.orchestrator.provisioner.loader import load_snapshots
 from sokovan.orchestrator.schedule.coordinator import ScheduleCoordinator
 from sokovan.orchestrator.schedule.handlers.lifecycle.schedule_new_sessions import ScheduleNewSessions
-from sokovan.orchestrator.schedule.repository import fetch_sessions
+from sokovan.state.session_reads import fetch_sessions
 from tests.orchestrator.db_seed import Seed
 
 

@@ -13,12 +13,12 @@ from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.types import KernelStatus, SchedulingResult, SessionStatus
 from sokovan.config.cluster import ClusterConfig
 from sokovan.db.models import Kernel, Session, SessionSchedulingHistory
-from sokovan.manager.repositories.transitions import SessionTransition, apply_session_transitions
 from sokovan.orchestrator.locks import CycleLock
 from sokovan.orchestrator.orchestrator import session_handlers
 from sokovan.orchestrator.schedule.coordinator import ScheduleCoordinator
 from sokovan.orchestrator.schedule.handlers.lifecycle.schedule_new_sessions import ScheduleNewSessions
-from sokovan.orchestrator.schedule.repository import agent_occupancy
+from sokovan.state.occupancy import agent_occupancy
+from sokovan.state.session_writes import SessionTransition, apply_session_transitions
 from tests.orchestrator.db_seed import Seed
 
 
@@ -168,7 +168,8 @@ async def test_promotions_follow_kernel_statuses_to_the_end(engine: AsyncEngine)
 
 async def test_a_session_stuck_preparing_past_the_pull_timeout_is_ended(engine: AsyncEngine) -> None:
     from sokovan.config.cluster import PhaseLimit, PhaseSettings
-    from sokovan.orchestrator.schedule.handlers.promotion.promote_to_prepared import PromoteToPrepared
+    from sokovan.orchestrator.schedule.handlers.promotion.promote_sessions import PromoteSessions
+    from sokovan.orchestrator.schedule.handlers.promotion.promotions import PROMOTE_TO_PREPARED
 
     seed = await Seed(engine).tenancy()
     await seed.agent("a1")
@@ -186,7 +187,7 @@ async def test_a_session_stuck_preparing_past_the_pull_timeout_is_ended(engine: 
         )
     config = ClusterConfig()
     config.phases = PhaseSettings(pulling=PhaseLimit(timeout=30, max_tries=3))
-    await ScheduleCoordinator(engine, config, [PromoteToPrepared()]).cycle()
+    await ScheduleCoordinator(engine, config, [PromoteSessions(PROMOTE_TO_PREPARED)]).cycle()
     status, info, _ = await status_of(engine, stuck)
     assert (status, info["cause"]) == ("TERMINATING", "SCHEDULER_TIMEOUT")
     assert (await status_of(engine, fresh))[0] == "PREPARING"
@@ -202,8 +203,9 @@ async def test_a_session_left_prepared_with_running_kernels_is_promoted(engine: 
     waiting = await seed.session(
         status=SessionStatus.PREPARED, kernel_status=KernelStatus.PREPARED, agent_id="a1"
     )
-    from sokovan.orchestrator.schedule.handlers.promotion.promote_to_running import PromoteToRunning
+    from sokovan.orchestrator.schedule.handlers.promotion.promote_sessions import PromoteSessions
+    from sokovan.orchestrator.schedule.handlers.promotion.promotions import PROMOTE_TO_RUNNING
 
-    await ScheduleCoordinator(engine, ClusterConfig(), [PromoteToRunning()]).cycle()
+    await ScheduleCoordinator(engine, ClusterConfig(), [PromoteSessions(PROMOTE_TO_RUNNING)]).cycle()
     assert (await status_of(engine, started))[0] == "RUNNING"
     assert (await status_of(engine, waiting))[0] == "PREPARED"

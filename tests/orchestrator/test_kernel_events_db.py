@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sokovan.common.events import KernelPrepared, KernelPulling, KernelRunning, KernelTerminated
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.db.models import Kernel, KernelSchedulingHistory
-from sokovan.orchestrator.schedule.kernel_events import KernelEventApplier
+from sokovan.state.kernel_events import KernelEventApplier
 from tests.orchestrator.db_seed import Seed
 
 

@@ -17,9 +17,9 @@ from sokovan.common.events import (
 from sokovan.common.types import KernelStatus as K
 from sokovan.common.types import SchedulingResult, SessionResult, SessionStatus
 from sokovan.orchestrator.classify import Limits, PhaseState, classify, is_expired
-from sokovan.orchestrator.handler_types import KernelMatchType, kernels_match
 from sokovan.orchestrator.schedule.endings import failure_from_kernels, final_status
-from sokovan.orchestrator.schedule.kernel_events import transition_for
+from sokovan.state.kernel_events import transition_for
+from sokovan.state.session_reads import KernelMatchType, kernels_match
 from tests.orchestrator.factories import T0, kernel
 
 MIN = dt.timedelta(minutes=1)
@@ -134,7 +134,7 @@ def test_kernel_event_with_bad_kernel_id_is_ignored() -> None:
 
 
 def test_a_batch_collapses_steps_the_next_event_makes_moot() -> None:
-    from sokovan.orchestrator.schedule.kernel_events import _coalesce
+    from sokovan.state.kernel_events import _coalesce
 
     batch = [
         transition_for(KernelPulling(**common)),

@@ -19,21 +19,27 @@ from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.config.cluster import ClusterConfig, PhaseLimit, PhaseSettings
 from sokovan.db.models import Kernel, ScalingGroup, Session, SessionSchedulingHistory
-from sokovan.orchestrator.handler_types import HandlerResult, LifecycleHandler, SessionWithKernels
 from sokovan.orchestrator.schedule.coordinator import ScheduleCoordinator
-from sokovan.orchestrator.schedule.handlers.lifecycle.prepare_sessions import PrepareSessions
+from sokovan.orchestrator.schedule.handler import SessionHandler, SessionResultT
+from sokovan.orchestrator.schedule.handlers.lifecycle.call_agents import (
+    PREPARE_SESSIONS,
+    START_SESSIONS,
+    CallAgents,
+)
 from sokovan.orchestrator.schedule.handlers.lifecycle.schedule_new_sessions import ScheduleNewSessions
-from sokovan.orchestrator.schedule.handlers.lifecycle.start_sessions import StartSessions
 from sokovan.orchestrator.schedule.handlers.lifecycle.terminate_sessions import TerminateSessions
+from sokovan.state.session_reads import SessionWithKernels
 from tests.orchestrator.db_seed import Seed
 
 S, K = SessionStatus, KernelStatus
 RPC = AgentRPCClient("unused")
 
 # handler, (session, kernel) it starts from, outcome → (session, kernel) it must end in
-TABLE = [
+TABLE: list[
+    tuple[SessionHandler, tuple[SessionStatus, KernelStatus], dict[str, tuple[SessionStatus, KernelStatus]]]
+] = [
     (
-        ScheduleNewSessions,
+        ScheduleNewSessions(None),  # type: ignore[arg-type]
         (S.PENDING, K.PENDING),
         {
             "SUCCESS": (S.SCHEDULED, K.SCHEDULED),
@@ -43,7 +49,7 @@ TABLE = [
         },
     ),
     (
-        PrepareSessions,
+        CallAgents(PREPARE_SESSIONS, RPC),
         (S.SCHEDULED, K.SCHEDULED),
         {
             "SUCCESS": (S.PREPARING, K.PREPARING),
@@ -53,7 +59,7 @@ TABLE = [
         },
     ),
     (
-        StartSessions,
+        CallAgents(START_SESSIONS, RPC),
         (S.PREPARED, K.PREPARED),
         {
             "SUCCESS": (S.CREATING, K.CREATING),
@@ -63,7 +69,7 @@ TABLE = [
         },
     ),
     (
-        TerminateSessions,
+        TerminateSessions(RPC),
         (S.TERMINATING, K.RUNNING),
         {
             "SUCCESS": (S.TERMINATING, K.TERMINATING),
@@ -76,29 +82,35 @@ TABLE = [
 CASES = [(h, start, outcome, want) for h, start, table in TABLE for outcome, want in table.items()]
 
 
-def forced(handler_cls: type[LifecycleHandler], outcome: str) -> LifecycleHandler:
-    """The real handler, whose work always ends in `outcome`."""
+def forced(handler: SessionHandler, outcome: str) -> SessionHandler:
+    """The real handler (its name, targets, kernel condition, phase and table), whose work always
+    ends in `outcome`."""
 
-    class Forced(handler_cls):  # type: ignore[valid-type,misc]
-        async def execute(self, targets: Sequence[SessionWithKernels]) -> HandlerResult:
+    class Forced(SessionHandler):
+        name = handler.name
+        targets = handler.targets
+        kernels = handler.kernels
+        phase = handler.phase
+        expires_in = handler.expires_in
+        transitions = handler.transitions
+
+        async def execute(self, targets: Sequence[SessionWithKernels]) -> SessionResultT:
             ids = [t.id for t in targets]
             if outcome == "SUCCESS":
-                return HandlerResult(successes=ids)
+                return SessionResultT(successes=ids)
             if outcome in ("NEED_RETRY", "GIVE_UP"):
-                return HandlerResult(failures=dict.fromkeys(ids, "forced failure"))
-            return HandlerResult(skipped=dict.fromkeys(ids, "waiting"))  # EXPIRED: time does it
+                return SessionResultT(failures=dict.fromkeys(ids, "forced failure"))
+            return SessionResultT(skipped=dict.fromkeys(ids, "waiting"))  # EXPIRED: time does it
 
-    if handler_cls is ScheduleNewSessions:
-        return Forced(None)  # type: ignore[arg-type]
-    return Forced(RPC)
+    return Forced()
 
 
 @pytest.mark.parametrize(
-    ("handler_cls", "start", "outcome", "want"), CASES, ids=[f"{h.__name__}-{o}" for h, _, o, _ in CASES]
+    ("handler", "start", "outcome", "want"), CASES, ids=[f"{h.name}-{o}" for h, _, o, _ in CASES]
 )
 async def test_each_outcome_lands_where_the_table_says(
     engine: AsyncEngine,
-    handler_cls: type[LifecycleHandler],
+    handler: SessionHandler,
     start: tuple[SessionStatus, KernelStatus],
     outcome: str,
     want: tuple[SessionStatus, KernelStatus],
@@ -121,7 +133,7 @@ async def test_each_outcome_lands_where_the_table_says(
     limit = PhaseLimit(timeout=60, max_tries=3)
     config = ClusterConfig()
     config.phases = PhaseSettings(schedule=limit, prepare=limit, start=limit, terminate=limit)
-    await ScheduleCoordinator(engine, config, [forced(handler_cls, outcome)]).cycle()
+    await ScheduleCoordinator(engine, config, [forced(handler, outcome)]).cycle()
     async with engine.connect() as conn:
         session = (
             await conn.execute(select(Session.status, Session.status_info).where(Session.id == sid))
@@ -148,6 +160,7 @@ async def test_each_outcome_lands_where_the_table_says(
 
 def test_the_table_covers_every_lifecycle_handler() -> None:
     from sokovan.orchestrator.orchestrator import session_handlers
+    from sokovan.orchestrator.schedule.handlers.promotion.promote_sessions import PromoteSessions
 
-    lifecycle = {type(h) for h in session_handlers(None, RPC) if isinstance(h, LifecycleHandler)}  # type: ignore[arg-type]
-    assert lifecycle == {h for h, _, _ in TABLE}
+    lifecycle = {h.name for h in session_handlers(None, RPC) if not isinstance(h, PromoteSessions)}  # type: ignore[arg-type]
+    assert lifecycle == {h.name for h, _, _ in TABLE}

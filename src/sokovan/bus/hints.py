@@ -8,12 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 from collections.abc import Callable
 
 import redis.asyncio as aioredis
 import structlog
 
 log = structlog.get_logger(__name__)
+
+
+class Hint(enum.StrEnum):
+    """The coordinators a hint can name: one name each, used by publishers and the orchestrator."""
+
+    SCHEDULE = "schedule"
+    MAINTENANCE = "maintenance"
+    RETRY = "retry"
 
 
 def hint_channel(prefix: str) -> str:
@@ -25,7 +34,7 @@ class HintPublisher:
         self._redis = redis
         self._channel = hint_channel(prefix)
 
-    async def hint(self, coordinator: str) -> None:
+    async def hint(self, coordinator: Hint) -> None:
         await self._redis.publish(self._channel, coordinator)
 
 

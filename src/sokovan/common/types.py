@@ -56,9 +56,11 @@ class KernelStatus(enum.StrEnum):
         return frozenset(cls) - cls.terminal()
 
     @classmethod
-    def allocated(cls) -> frozenset[KernelStatus]:
-        """Statuses in which a kernel holds slots on its agent."""
-        return cls.non_terminal() - {cls.PENDING}
+    def slot_holding(cls) -> frozenset[KernelStatus]:
+        """Statuses in which a kernel placed on an agent (agent_id set) holds slots there: from the
+        moment the allocator binds it — still PENDING until its session's move commits — until it
+        ends."""
+        return cls.non_terminal()
 
     @property
     def is_terminal(self) -> bool:

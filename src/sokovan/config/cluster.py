@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 from collections.abc import Callable
 from typing import Any
 
@@ -40,8 +41,20 @@ class PhaseLimit(_Strict):
     max_tries: int | None = Field(default=None, ge=1)  # None: no limit
 
 
+class Phase(enum.StrEnum):
+    """The stages a session's handlers work in; each has its limits in `manager/phases`."""
+
+    SCHEDULE = "schedule"
+    PREPARE = "prepare"
+    PULLING = "pulling"
+    START = "start"
+    CREATING = "creating"
+    TERMINATE = "terminate"
+
+
 class PhaseSettings(_Strict):
-    """Per-phase limits. `schedule` has no timeout here: the scaling group's pending_timeout rules."""
+    """Per-phase limits (one field per `Phase`). `schedule` has no timeout here: the scaling
+    group's pending_timeout rules."""
 
     schedule: PhaseLimit = PhaseLimit(timeout=0, max_tries=None)
     prepare: PhaseLimit = PhaseLimit(timeout=300, max_tries=3)
@@ -50,9 +63,16 @@ class PhaseSettings(_Strict):
     creating: PhaseLimit = PhaseLimit(timeout=300, max_tries=3)
     terminate: PhaseLimit = PhaseLimit(timeout=120, max_tries=None)
 
-    def get(self, phase: str) -> PhaseLimit:
-        limit: PhaseLimit = getattr(self, phase)
-        return limit
+    def get(self, phase: Phase) -> PhaseLimit:
+        limits: dict[Phase, PhaseLimit] = {
+            Phase.SCHEDULE: self.schedule,
+            Phase.PREPARE: self.prepare,
+            Phase.PULLING: self.pulling,
+            Phase.START: self.start,
+            Phase.CREATING: self.creating,
+            Phase.TERMINATE: self.terminate,
+        }
+        return limits[phase]
 
 
 class MaintenanceSettings(_Strict):

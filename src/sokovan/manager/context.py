@@ -12,8 +12,6 @@ from sokovan.bus.hints import HintPublisher
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.settings import Settings
 
-SCHEDULE = "schedule"  # the hint name of the ScheduleCoordinator
-
 
 @dataclass
 class ManagerContext:

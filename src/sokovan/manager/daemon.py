@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 import structlog
 from aiohttp import web
 
-from sokovan.bus.hints import HintPublisher, listen_hints
+from sokovan.bus.hints import Hint, HintPublisher, listen_hints
 from sokovan.bus.streams import EventConsumer, consumer_backlog
 from sokovan.bus.user_events import UserEventPublisher
 from sokovan.common.rpc import AgentRPCClient
@@ -70,7 +70,7 @@ async def run_manager(
         asyncio.create_task(watcher.run(stop), name="config-watcher"),
         asyncio.create_task(listen_hints(redis, settings.etcd_prefix, orchestrator.hint, stop), name="hints"),
     ]
-    orchestrator.hint("schedule")  # pick up whatever was left in flight before a restart
+    orchestrator.hint(Hint.SCHEDULE)  # pick up whatever was left in flight before a restart
     try:
         stopper = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from sokovan.bus.hints import HintPublisher
+from sokovan.bus.hints import Hint, HintPublisher
 from sokovan.bus.user_events import UserEventPublisher, publish
 from sokovan.common.events import KERNEL_EVENT_TYPES, AgentEvent, AgentHeartbeat, AgentStopping
 from sokovan.common.metrics import EVENTS_CONSUMED
-from sokovan.manager.context import SCHEDULE
 from sokovan.manager.repositories.agents import record_heartbeats
-from sokovan.orchestrator.schedule.kernel_events import KernelEvent, KernelEventApplier
+from sokovan.state.kernel_events import KernelEvent, KernelEventApplier
 
 log = structlog.get_logger(__name__)
 
@@ -46,4 +45,4 @@ class EventDispatcher:
                 hint = True
                 await publish(self._events, [m.event() for m in moved])
         if hint:
-            await self._hints.hint(SCHEDULE)
+            await self._hints.hint(Hint.SCHEDULE)

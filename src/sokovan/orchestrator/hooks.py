@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from sokovan.common.types import FailureCause, SessionType
-from sokovan.orchestrator.handler_types import SessionWithKernels
 from sokovan.orchestrator.provisioner.stages import Reject, Verdict
+from sokovan.state.session_reads import SessionWithKernels
 
 
 class SessionHook(Protocol):

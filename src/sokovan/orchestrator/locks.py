@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -36,3 +36,12 @@ class CycleLock:
                 if acquired:
                     await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
                     await conn.commit()
+
+
+async def run_exclusive(lock: CycleLock | None, name: str, cycle: Callable[[], Awaitable[bool]]) -> bool:
+    """Run `cycle` holding the cluster-wide lock `name`; skip it (False) when another manager holds
+    it. Without a lock (one manager, tests) just run it."""
+    if lock is None:
+        return await cycle()
+    async with lock.hold(name) as acquired:
+        return await cycle() if acquired else False

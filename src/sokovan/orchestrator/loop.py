@@ -29,7 +29,7 @@ class CoordinatorLoop:
         self._cycle = cycle
         self._long_interval = long_interval
         self._debounce = debounce
-        self._on_moved = on_moved or self.hint
+        self.on_moved: Callable[[], None] = on_moved or self.hint
         self._hint = asyncio.Event()
         self._lock = asyncio.Lock()
 
@@ -62,7 +62,7 @@ class CoordinatorLoop:
                 log.exception("coordinator.cycle_failed", coordinator=self.name, kind=kind)
                 return
         if moved:
-            self._on_moved()
+            self.on_moved()
 
 
 async def _wait_any(a: asyncio.Event, b: asyncio.Event | None, seconds: float | None) -> bool:

@@ -22,7 +22,7 @@ from pydantic import (
 from sokovan.common.retry_policy import RetryPolicy
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus, SessionType
-from sokovan.orchestrator.provisioner import registry
+from sokovan.manager.controller.stages import check_scheduler, check_selector
 
 DefaultForUnspecified = Literal["limited", "unlimited"]
 QueuePolicy = Literal["backfill", "block"]
@@ -120,19 +120,6 @@ class ProjectOut(DomainOut):
     domain: str
 
 
-def _check_scheduler(value: str | None) -> str | None:
-    if value is not None and value not in registry.SEQUENCERS:
-        raise ValueError(f"unknown scheduler {value!r} (known: {', '.join(sorted(registry.SEQUENCERS))})")
-    return value
-
-
-def _check_selector(value: str | None) -> str | None:
-    if value is not None and value not in registry.SELECTORS:
-        known = ", ".join(sorted(registry.SELECTORS))
-        raise ValueError(f"unknown agent selection {value!r} (known: {known})")
-    return value
-
-
 def _unique(value: list[Any] | None) -> list[Any] | None:
     if value is not None and len(set(value)) != len(value):
         raise ValueError("names must not repeat")
@@ -169,12 +156,12 @@ class ScalingGroupPatch(BaseModel):
     @field_validator("scheduler")
     @classmethod
     def _known_scheduler(cls, value: str | None) -> str | None:
-        return _check_scheduler(value)
+        return check_scheduler(value)
 
     @field_validator("agent_selection")
     @classmethod
     def _known_selector(cls, value: str | None) -> str | None:
-        return _check_selector(value)
+        return check_selector(value)
 
     @field_validator("allowed_session_types", "resource_priority")
     @classmethod

@@ -20,6 +20,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from sokovan.bus.hints import Hint
 from sokovan.bus.user_events import UserEventPublisher, publish
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import (
@@ -30,15 +31,15 @@ from sokovan.common.types import (
 )
 from sokovan.config.cluster import ClusterConfig
 from sokovan.db.models import AuditLog, Kernel, Session, SessionDependency
-from sokovan.manager.context import SCHEDULE, ManagerContext
+from sokovan.manager.context import ManagerContext
 from sokovan.manager.controller.admission import CapacityCache, admit
 from sokovan.manager.controller.errors import NotFound
 from sokovan.manager.controller.session_spec import SessionCreateRequest
 from sokovan.manager.repositories.sessions_read import visible
 from sokovan.manager.repositories.tenancy import OwnerLimits, Principal, owner_limits
-from sokovan.manager.repositories.transitions import SessionTransition, apply_session_transitions
 from sokovan.orchestrator.provisioner.dry_run import DryRunRequest, DryRunResult, dry_run
 from sokovan.orchestrator.retry.policy import effective_policy
+from sokovan.state.session_writes import SessionTransition, apply_session_transitions
 
 log = structlog.get_logger(__name__)
 
@@ -289,7 +290,7 @@ class SchedulingController:
     async def _publish_hint(self) -> None:
         await asyncio.sleep(HINT_COALESCE)
         try:
-            await self._ctx.hints.hint(SCHEDULE)
+            await self._ctx.hints.hint(Hint.SCHEDULE)
         except Exception:  # a lost hint costs one long-cycle interval, never the request
             log.warning("could not publish the schedule hint", exc_info=True)
 

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sokovan.common.slots import ResourceSlots
 from sokovan.db.models import Agent
 from sokovan.manager.repositories.sessions_read import decode_cursor, encode_cursor
-from sokovan.orchestrator.schedule.repository import agent_occupancy
+from sokovan.state.occupancy import agent_occupancy
 
 _COLUMNS = (
     Agent.id,

@@ -29,7 +29,7 @@ from sokovan.db.models import (
     Session,
     User,
 )
-from sokovan.orchestrator.provisioner.snapshot import Quota
+from sokovan.state.quota import Quota
 
 DEFAULT_DOMAIN = "default"
 DEFAULT_PROJECT = "default"

@@ -10,17 +10,18 @@ from collections.abc import Awaitable, Callable
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from sokovan.bus.hints import Hint
 from sokovan.bus.user_events import UserEventPublisher
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.config.cluster import ClusterConfig
-from sokovan.orchestrator.locks import CycleLock
+from sokovan.orchestrator.locks import CycleLock, run_exclusive
 from sokovan.orchestrator.maintenance.leak_repair import LeakRepair
 from sokovan.orchestrator.maintenance.lost_agents import LostAgentSweeper
 from sokovan.orchestrator.maintenance.reconciler import KernelReconciler
 
 
 class MaintenanceCoordinator:
-    name = "maintenance"
+    name = Hint.MAINTENANCE
 
     def __init__(
         self,
@@ -39,10 +40,7 @@ class MaintenanceCoordinator:
         self.leaks = LeakRepair(engine, rpc)
 
     async def cycle(self) -> bool:
-        if self._lock is not None:
-            async with self._lock.hold(self.name) as acquired:
-                return await self._cycle() if acquired else False
-        return await self._cycle()
+        return await run_exclusive(self._lock, self.name, self._cycle)
 
     async def _cycle(self) -> bool:
         settings = self._config.maintenance

@@ -20,7 +20,7 @@ from sokovan.common.metrics import SLOT_DRIFT
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.types import AgentStatus, KernelStatus, SessionStatus
 from sokovan.db.models import Agent, Kernel, Session
-from sokovan.manager.repositories.transitions import KernelTransition, apply_kernel_transitions
+from sokovan.state.kernel_writes import KernelTransition, apply_kernel_transitions
 
 log = structlog.get_logger(__name__)
 

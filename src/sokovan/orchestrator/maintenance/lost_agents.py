@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
 from sokovan.common.types import AgentStatus, FailureCause, KernelStatus
 from sokovan.db.models import Agent, Kernel
-from sokovan.manager.repositories.transitions import KernelTransition, apply_kernel_transitions
+from sokovan.state.kernel_writes import KernelTransition, apply_kernel_transitions
 
 log = structlog.get_logger(__name__)
 _HELD_ON = [AgentStatus.READY.value, AgentStatus.DEGRADED.value]

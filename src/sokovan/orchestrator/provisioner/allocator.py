@@ -21,7 +21,7 @@ from sokovan.common.types import AgentStatus, KernelStatus
 from sokovan.db.models import Agent, ScalingGroup
 from sokovan.orchestrator.provisioner.reasons import PLACED_MEANWHILE, filled_up
 from sokovan.orchestrator.provisioner.snapshot import Placement, Plan
-from sokovan.orchestrator.schedule.repository import holds_slots
+from sokovan.state.occupancy import slot_holding
 
 _OVERFULL = text(
     """
@@ -131,7 +131,7 @@ class RepositoryAllocator:
     @staticmethod
     async def _refuse_overfull(conn: AsyncConnection, agent_ids: list[str]) -> None:
         rows = await conn.execute(
-            _OVERFULL, {"agents": agent_ids, "live": holds_slots(), "ready": AgentStatus.READY.value}
+            _OVERFULL, {"agents": agent_ids, "live": slot_holding(), "ready": AgentStatus.READY.value}
         )
         overfull = sorted(r[0] for r in rows)
         if overfull:

@@ -11,10 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import KernelStatus, SessionStatus
-from sokovan.orchestrator.handler_types import KernelInfo, SessionWithKernels
 from sokovan.orchestrator.provisioner.build import provisioner_for
 from sokovan.orchestrator.provisioner.loader import load_snapshots
 from sokovan.orchestrator.provisioner.reasons import WAITING, rejected, unknown_scaling_group
+from sokovan.state.session_reads import KernelInfo, SessionWithKernels
 
 
 @dataclass(frozen=True)

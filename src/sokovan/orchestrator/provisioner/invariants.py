@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.db.models import Agent, Kernel, Session
-from sokovan.orchestrator.schedule.repository import agent_occupancy
+from sokovan.state.occupancy import agent_occupancy
 
 
 async def check_invariants(conn: AsyncConnection) -> list[str]:

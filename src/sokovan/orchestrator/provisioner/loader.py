@@ -22,15 +22,15 @@ from sokovan.db.models import (
     ScalingGroup,
     Session,
 )
-from sokovan.orchestrator.handler_types import SessionWithKernels
 from sokovan.orchestrator.provisioner.snapshot import (
     AgentSnapshot,
     KeypairPolicy,
-    Quota,
     ScalingGroupSnapshot,
     Tenancy,
 )
-from sokovan.orchestrator.schedule.repository import agent_occupancy, holds_slots
+from sokovan.state.occupancy import agent_occupancy, slot_holding
+from sokovan.state.quota import Quota
+from sokovan.state.session_reads import SessionWithKernels
 
 _ACTIVE = [s.value for s in SessionStatus.non_terminal() - {SessionStatus.PENDING}]
 
@@ -138,7 +138,7 @@ def _slot_usage_query(*group: Any) -> Any:
         .select_from(Kernel)
         .join(Session, Session.id == Kernel.session_id)
         .join(slot, literal_column("true"))
-        .where(Kernel.agent_id.is_not(None), Kernel.status.in_(holds_slots()))
+        .where(Kernel.agent_id.is_not(None), Kernel.status.in_(slot_holding()))
         .group_by(*group, slot.c.key)
     )
 

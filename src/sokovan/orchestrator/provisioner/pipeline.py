@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus, ClusterMode
-from sokovan.orchestrator.handler_types import SessionWithKernels
 from sokovan.orchestrator.hooks import hook_for
 from sokovan.orchestrator.provisioner.reasons import (
     AgentRefusal,
@@ -30,6 +29,7 @@ from sokovan.orchestrator.provisioner.reasons import (
 )
 from sokovan.orchestrator.provisioner.snapshot import AgentSnapshot, Placement, Plan, ScalingGroupSnapshot
 from sokovan.orchestrator.provisioner.stages import Reject, Selector, Sequencer, Validator, Wait
+from sokovan.state.session_reads import SessionWithKernels
 
 
 def why_not(agent: AgentSnapshot, image: str, slots: ResourceSlots, kernels: int) -> str | None:

@@ -14,7 +14,8 @@ from decimal import Decimal
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus
-from sokovan.orchestrator.handler_types import SessionWithKernels
+from sokovan.state.quota import Quota
+from sokovan.state.session_reads import SessionWithKernels
 
 
 @dataclass
@@ -48,33 +49,6 @@ class AgentSnapshot:
 
 
 _ZERO = Decimal(0)
-
-
-@dataclass(frozen=True)
-class Quota:
-    """A `total_resource_slots` limit of one scope (keypair policy, project or domain)."""
-
-    scope: str
-    slots: ResourceSlots
-    unlimited_unspecified: bool = False
-
-    def excess(self, used: ResourceSlots, request: ResourceSlots) -> list[str]:
-        """'cpu 6 > 4' for every slot the request would push past this quota."""
-        out = []
-        for name, amount in sorted(request.items()):
-            if amount <= 0:
-                continue
-            if name not in self.slots and self.unlimited_unspecified:
-                continue
-            limit = self.slots.get(name, Decimal(0))
-            total = used.get(name, Decimal(0)) + amount
-            if total > limit:
-                out.append(f"{name} {_fmt(total)} > {_fmt(limit)}")
-        return out
-
-
-def _fmt(value: Decimal) -> str:
-    return ResourceSlots({"x": value}).to_json()["x"]
 
 
 @dataclass(frozen=True)

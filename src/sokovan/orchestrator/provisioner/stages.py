@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from sokovan.orchestrator.handler_types import SessionWithKernels
 from sokovan.orchestrator.provisioner.snapshot import AgentSnapshot, ScalingGroupSnapshot
+from sokovan.state.session_reads import SessionWithKernels
 
 
 @dataclass(frozen=True)

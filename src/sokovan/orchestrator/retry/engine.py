@@ -25,13 +25,14 @@ from sqlalchemy import Row, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from sokovan.bus.hints import Hint
 from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
 from sokovan.common.metrics import RETRY_EXHAUSTED, RETRY_SCHEDULED, RETRY_SUCCEEDED
 from sokovan.common.retry_policy import RetryPolicy
 from sokovan.common.types import KernelStatus, SessionResult, SessionStatus
 from sokovan.config.cluster import ClusterConfig
 from sokovan.db.models import AuditLog, Domain, Kernel, Project, Session, SessionDependency
-from sokovan.orchestrator.locks import CycleLock
+from sokovan.orchestrator.locks import CycleLock, run_exclusive
 from sokovan.orchestrator.retry.policy import classify_failure, effective_policy, is_eligible, retry_delay
 
 log = structlog.get_logger(__name__)
@@ -64,7 +65,7 @@ _COUNT_SUCCESSES = text(
 
 
 class RetryCoordinator:
-    name = "retry"
+    name = Hint.RETRY
 
     def __init__(
         self,
@@ -79,10 +80,7 @@ class RetryCoordinator:
         self._events = events
 
     async def cycle(self) -> bool:
-        if self._lock is not None:
-            async with self._lock.hold(self.name) as acquired:
-                return await self._cycle() if acquired else False
-        return await self._cycle()
+        return await run_exclusive(self._lock, self.name, self._cycle)
 
     async def _cycle(self) -> bool:
         decided = await self.decide()

@@ -8,8 +8,9 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 
 from sokovan.common.rpc import KernelSpec, RPCError
-from sokovan.orchestrator.handler_types import HandlerResult, KernelInfo, SessionWithKernels
 from sokovan.orchestrator.hooks import hook_for
+from sokovan.orchestrator.schedule.handler import SessionResultT
+from sokovan.state.session_reads import KernelInfo, SessionWithKernels
 
 Target = tuple[str, str]  # (agent id, rpc address)
 Items = list[tuple[SessionWithKernels, KernelInfo]]
@@ -35,13 +36,13 @@ async def fan_out(
     sessions: Sequence[SessionWithKernels],
     pick: Callable[[KernelInfo], bool],
     call: Callable[[Target, Items], Awaitable[object]],
-) -> HandlerResult:
+) -> SessionResultT:
     """Call `call((agent_id, agent_addr), [(session, kernel), ...])` for the kernels `pick` selects.
 
     A session succeeds when every call that carried one of its kernels succeeded; a session
     with no kernel to send succeeds at once. A kernel placed on an agent that is unknown fails.
     """
-    result = HandlerResult()
+    result = SessionResultT()
     per_agent: dict[Target, Items] = defaultdict(list)
     failed: dict[uuid.UUID, str] = {}
     for session in sessions:

@@ -1,15 +1,16 @@
-"""How a session ends, decided in one place from the cause it carries (CONTRACT section 2)."""
+"""How a session ends, decided in one place from the cause it carries (the contract's
+rule: no cause is a success, the user's request is no failure, any other cause is one)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from sokovan.common.types import FailureCause, KernelStatus, SessionResult, SessionStatus
-from sokovan.orchestrator.handler_types import KernelInfo
+from sokovan.state.session_reads import KernelInfo
+from sokovan.state.status_info import SessionStatusInfo
 
 
-def final_status(status_info: dict[str, Any]) -> tuple[SessionStatus, SessionResult | None]:
+def final_status(status_info: SessionStatusInfo) -> tuple[SessionStatus, SessionResult | None]:
     """No cause → TERMINATED/SUCCESS; a user's request → TERMINATED with no result; any other
     cause → ERROR/FAILURE."""
     cause = status_info.get("cause")
@@ -20,17 +21,17 @@ def final_status(status_info: dict[str, Any]) -> tuple[SessionStatus, SessionRes
     return SessionStatus.ERROR, SessionResult.FAILURE
 
 
-def cancelled_result(status_info: dict[str, Any]) -> SessionResult | None:
+def cancelled_result(status_info: SessionStatusInfo) -> SessionResult | None:
     return None if status_info.get("cause") == FailureCause.USER_CANCELLED else SessionResult.FAILURE
 
 
-def failure_from_kernels(kernels: Sequence[KernelInfo]) -> dict[str, Any] | None:
+def failure_from_kernels(kernels: Sequence[KernelInfo]) -> SessionStatusInfo | None:
     """The status_info of the first kernel that failed, or None when none did."""
     for kernel in kernels:
         if kernel.status in (KernelStatus.ERROR, KernelStatus.CANCELLED):
             cause = kernel.status_info.get("cause", FailureCause.UNKNOWN.value)
             message = kernel.status_info.get("message") or f"kernel {kernel.id} failed"
-            info: dict[str, Any] = {"cause": cause, "message": message, "failed_kernel": str(kernel.id)}
+            info: SessionStatusInfo = {"cause": cause, "message": message, "failed_kernel": str(kernel.id)}
             if kernel.exit_code is not None:
                 info["exit_code"] = kernel.exit_code
             return info

@@ -8,8 +8,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 
-from sokovan.orchestrator.handler_types import SessionWithKernels
 from sokovan.orchestrator.provisioner.snapshot import AgentSnapshot, ScalingGroupSnapshot
+from sokovan.state.session_reads import SessionWithKernels
 
 
 class RoundRobinSelector:

@@ -11,8 +11,8 @@ import bisect
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 
-from sokovan.orchestrator.handler_types import SessionWithKernels
 from sokovan.orchestrator.provisioner.snapshot import AgentSnapshot, ScalingGroupSnapshot
+from sokovan.state.session_reads import SessionWithKernels
 
 Key = tuple[tuple[Decimal, ...], str]
 

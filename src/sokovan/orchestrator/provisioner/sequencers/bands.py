@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from itertools import groupby
 
-from sokovan.orchestrator.handler_types import SessionWithKernels
+from sokovan.state.session_reads import SessionWithKernels
 
 Order = Callable[[list[SessionWithKernels]], list[SessionWithKernels]]
 

@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
 from sokovan.common.slots import ResourceSlots
-from sokovan.orchestrator.handler_types import SessionWithKernels
 from sokovan.orchestrator.provisioner.sequencers.bands import by_band
 from sokovan.orchestrator.provisioner.snapshot import ScalingGroupSnapshot
+from sokovan.state.session_reads import SessionWithKernels
 
 
 def dominant_share(allocated: Mapping[str, Decimal], capacity: Mapping[str, Decimal]) -> Decimal:

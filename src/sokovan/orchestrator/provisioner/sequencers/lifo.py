@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sokovan.orchestrator.handler_types import SessionWithKernels
 from sokovan.orchestrator.provisioner.sequencers.bands import by_band
 from sokovan.orchestrator.provisioner.snapshot import ScalingGroupSnapshot
+from sokovan.state.session_reads import SessionWithKernels
 
 
 class LIFOSequencer:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sokovan.orchestrator.handler_types import SessionWithKernels
 from sokovan.orchestrator.provisioner.reasons import at_concurrency_limit
 from sokovan.orchestrator.provisioner.snapshot import ScalingGroupSnapshot
 from sokovan.orchestrator.provisioner.stages import Verdict, Wait
+from sokovan.state.session_reads import SessionWithKernels
 
 
 class ConcurrencyValidator:

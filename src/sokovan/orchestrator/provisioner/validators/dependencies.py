@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 
 from sokovan.common.types import FailureCause, SessionResult, SessionStatus
-from sokovan.orchestrator.handler_types import SessionWithKernels
 from sokovan.orchestrator.provisioner.reasons import (
     MISSING_DEPENDENCY,
     dependency_ended,
@@ -14,6 +13,7 @@ from sokovan.orchestrator.provisioner.reasons import (
 )
 from sokovan.orchestrator.provisioner.snapshot import ScalingGroupSnapshot
 from sokovan.orchestrator.provisioner.stages import Reject, Verdict, Wait
+from sokovan.state.session_reads import SessionWithKernels
 
 _TERMINAL = {s.value for s in SessionStatus.terminal()}
 

@@ -4,10 +4,10 @@ holds when a policy is tightened while sessions wait)."""
 
 from __future__ import annotations
 
-from sokovan.orchestrator.handler_types import SessionWithKernels
 from sokovan.orchestrator.provisioner.reasons import over_pending_limit
 from sokovan.orchestrator.provisioner.snapshot import ScalingGroupSnapshot
 from sokovan.orchestrator.provisioner.stages import Verdict, Wait
+from sokovan.state.session_reads import SessionWithKernels
 
 
 class PendingLimitValidator:

@@ -3,10 +3,10 @@ policy, the project and the domain. Every violated scope is named."""
 
 from __future__ import annotations
 
-from sokovan.orchestrator.handler_types import SessionWithKernels
 from sokovan.orchestrator.provisioner.reasons import quota_exceeded, quota_violation
 from sokovan.orchestrator.provisioner.snapshot import ScalingGroupSnapshot
 from sokovan.orchestrator.provisioner.stages import Verdict, Wait
+from sokovan.state.session_reads import SessionWithKernels
 
 
 class QuotaValidator:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from sokovan.common.types import FailureCause
-from sokovan.orchestrator.handler_types import SessionWithKernels
 from sokovan.orchestrator.provisioner.reasons import type_not_allowed
 from sokovan.orchestrator.provisioner.snapshot import ScalingGroupSnapshot
 from sokovan.orchestrator.provisioner.stages import Reject, Verdict
+from sokovan.state.session_reads import SessionWithKernels
 
 
 class SessionTypeValidator:

@@ -9,51 +9,40 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.common.types import KernelStatus, SessionStatus
-from sokovan.orchestrator.handler_types import (
-    HandlerResult,
-    LifecycleHandler,
-    SessionWithKernels,
-    StatusTransitions,
-    TransitionStatus,
-)
+from sokovan.config.cluster import Phase
 from sokovan.orchestrator.provisioner import registry
 from sokovan.orchestrator.provisioner.allocator import RepositoryAllocator
 from sokovan.orchestrator.provisioner.build import provisioner_for
 from sokovan.orchestrator.provisioner.loader import load_snapshots
+from sokovan.orchestrator.schedule.handler import (
+    KernelCondition,
+    SessionHandler,
+    SessionResultT,
+    StatusTransitions,
+    TransitionStatus,
+)
+from sokovan.state.session_reads import SessionWithKernels
 
 log = structlog.get_logger(__name__)
 
 
-class ScheduleNewSessions(LifecycleHandler):
-    phase = "schedule"
-
-    @classmethod
-    def name(cls) -> str:
-        return "ScheduleNewSessions"
-
-    @property
-    def target_session_statuses(self) -> frozenset[SessionStatus]:
-        return frozenset({SessionStatus.PENDING})
-
-    @property
-    def target_kernel_statuses(self) -> frozenset[KernelStatus] | None:
-        return frozenset({KernelStatus.PENDING})
-
-    @classmethod
-    def status_transitions(cls) -> StatusTransitions:
-        return StatusTransitions(
-            success=TransitionStatus(SessionStatus.SCHEDULED, KernelStatus.SCHEDULED),
-            need_retry=None,
-            expired=TransitionStatus(SessionStatus.CANCELLED, KernelStatus.CANCELLED),
-            give_up=TransitionStatus(SessionStatus.CANCELLED, KernelStatus.CANCELLED),
-        )
+class ScheduleNewSessions(SessionHandler):
+    targets = frozenset({SessionStatus.PENDING})
+    kernels = KernelCondition(frozenset({KernelStatus.PENDING}))
+    phase = Phase.SCHEDULE
+    transitions = StatusTransitions(
+        success=TransitionStatus(SessionStatus.SCHEDULED, KernelStatus.SCHEDULED),
+        need_retry=None,
+        expired=TransitionStatus(SessionStatus.CANCELLED, KernelStatus.CANCELLED),
+        give_up=TransitionStatus(SessionStatus.CANCELLED, KernelStatus.CANCELLED),
+    )
 
     def __init__(self, engine: AsyncEngine, allocator: RepositoryAllocator | None = None) -> None:
         self._engine = engine
         self._allocator = allocator or RepositoryAllocator()
 
-    async def execute(self, targets: Sequence[SessionWithKernels]) -> HandlerResult:
-        result = HandlerResult()
+    async def execute(self, targets: Sequence[SessionWithKernels]) -> SessionResultT:
+        result = SessionResultT()
         by_sg: dict[str, list[SessionWithKernels]] = defaultdict(list)
         for session in targets:
             if session.kernels and all(k.agent_id is not None for k in session.kernels):

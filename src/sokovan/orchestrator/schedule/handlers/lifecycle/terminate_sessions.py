@@ -13,47 +13,36 @@ from collections.abc import Callable, Sequence
 
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.types import KernelStatus, SessionStatus
-from sokovan.orchestrator.handler_types import (
-    HandlerResult,
-    LifecycleHandler,
-    SessionWithKernels,
+from sokovan.config.cluster import Phase
+from sokovan.orchestrator.schedule.agent_calls import Items, Target, fan_out
+from sokovan.orchestrator.schedule.handler import (
+    KernelCondition,
+    SessionHandler,
+    SessionResultT,
     StatusTransitions,
     TransitionStatus,
 )
-from sokovan.orchestrator.schedule.agent_calls import Items, Target, fan_out
+from sokovan.state.session_reads import SessionWithKernels
 
 _TO_DESTROY = KernelStatus.non_terminal() - {KernelStatus.TERMINATING}
 
 
-class TerminateSessions(LifecycleHandler):
-    phase = "terminate"
-
-    @classmethod
-    def name(cls) -> str:
-        return "TerminateSessions"
-
-    @property
-    def target_session_statuses(self) -> frozenset[SessionStatus]:
-        return frozenset({SessionStatus.TERMINATING})
-
-    @property
-    def target_kernel_statuses(self) -> frozenset[KernelStatus] | None:
-        return KernelStatus.non_terminal()
-
-    @classmethod
-    def status_transitions(cls) -> StatusTransitions:
-        return StatusTransitions(
-            success=TransitionStatus(None, KernelStatus.TERMINATING),
-            need_retry=None,
-            expired=TransitionStatus(SessionStatus.TERMINATED, KernelStatus.TERMINATED),
-            give_up=TransitionStatus(SessionStatus.TERMINATED, KernelStatus.TERMINATED),
-        )
+class TerminateSessions(SessionHandler):
+    targets = frozenset({SessionStatus.TERMINATING})
+    kernels = KernelCondition(KernelStatus.non_terminal())
+    phase = Phase.TERMINATE
+    transitions = StatusTransitions(
+        success=TransitionStatus(None, KernelStatus.TERMINATING),
+        need_retry=None,
+        expired=TransitionStatus(SessionStatus.TERMINATED, KernelStatus.TERMINATED),
+        give_up=TransitionStatus(SessionStatus.TERMINATED, KernelStatus.TERMINATED),
+    )
 
     def __init__(self, rpc: AgentRPCClient, force_after: Callable[[], float] = lambda: 60.0) -> None:
         self._rpc = rpc
         self._force_after = force_after
 
-    async def execute(self, targets: Sequence[SessionWithKernels]) -> HandlerResult:
+    async def execute(self, targets: Sequence[SessionWithKernels]) -> SessionResultT:
         to_ask = [s for s in targets if any(k.status in _TO_DESTROY for k in s.kernels)]
         waiting = {s.id: "waiting for agents to confirm termination" for s in targets if s not in to_ask}
         await self._force_stragglers([s for s in targets if s.id in waiting])

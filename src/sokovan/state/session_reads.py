@@ -1,23 +1,90 @@
-"""Batched reads for the ScheduleCoordinator: one statement per kind of row per cycle."""
+"""The session read model handlers work on, and its batched reads: one statement per kind of row.
+
+`SessionWithKernels` is what every session handler and the placement pipeline see; `fetch_sessions`
+reads a batch of them, deciding a promotion's kernel condition (ALL / ANY / NOT_ANY) in SQL so that
+an idle cycle reads nothing.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
-from decimal import Decimal
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Numeric, cast, exists, func, literal_column, select
+from sqlalchemy import exists, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.db.models import Agent, Kernel, ScalingGroup, Session, SessionDependency
-from sokovan.orchestrator.handler_types import KernelInfo, KernelMatchType, SessionWithKernels
+from sokovan.state.status_info import SessionStatusInfo, status_info_of
 
 BATCH_LIMIT = 5000
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    id: uuid.UUID
+    status: KernelStatus
+    agent_id: str | None
+    agent_addr: str | None
+    cluster_role: str
+    cluster_idx: int
+    occupied_slots: ResourceSlots
+    exit_code: int | None
+    status_info: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SessionWithKernels:
+    id: uuid.UUID
+    name: str
+    access_key: str
+    user_id: uuid.UUID
+    project_id: uuid.UUID
+    domain_name: str
+    scaling_group: str
+    pending_timeout: float
+    type: str
+    image: str
+    command: str | None
+    environ: dict[str, str]
+    resources: ResourceSlots
+    cluster_size: int
+    cluster_mode: str
+    priority: int
+    status: SessionStatus
+    status_info: SessionStatusInfo
+    status_changed_at: dt.datetime
+    phase_attempts: int
+    created_at: dt.datetime
+    kernels: tuple[KernelInfo, ...]
+    depends_on: tuple[uuid.UUID, ...] = ()
+
+    @property
+    def requested_slots(self) -> ResourceSlots:
+        return self.resources.scaled(self.cluster_size)
+
+
+class KernelMatchType(enum.Enum):
+    ALL = "all"
+    ANY = "any"
+    NOT_ANY = "not_any"
+
+
+def kernels_match(
+    kernels: Sequence[KernelInfo], statuses: frozenset[KernelStatus], match: KernelMatchType
+) -> bool:
+    hits = [k.status in statuses for k in kernels]
+    if match is KernelMatchType.ALL:
+        return all(hits)
+    if match is KernelMatchType.ANY:
+        return any(hits)
+    return not any(hits)
 
 
 async def fetch_sessions(
@@ -118,40 +185,10 @@ def _session(s: Any, kernels: list[KernelInfo], depends_on: tuple[uuid.UUID, ...
         cluster_mode=s.cluster_mode,
         priority=s.priority,
         status=SessionStatus(s.status),
-        status_info=dict(s.status_info or {}),
+        status_info=status_info_of(s.status_info),
         status_changed_at=s.status_changed_at,
         phase_attempts=s.phase_attempts,
         created_at=s.created_at,
         kernels=tuple(kernels),
         depends_on=depends_on,
     )
-
-
-def holds_slots() -> list[str]:
-    """A kernel holds slots on its agent from placement until it reaches a terminal status."""
-    return [s.value for s in KernelStatus.non_terminal()]
-
-
-async def agent_occupancy(
-    conn: AsyncConnection, agent_ids: Sequence[str] | None = None
-) -> tuple[dict[str, ResourceSlots], dict[str, int]]:
-    """Derived occupancy: slots and kernel counts held by non-terminal placed kernels, per agent."""
-    slot = func.jsonb_each_text(Kernel.occupied_slots).table_valued("key", "value").alias("slot")
-    where = [Kernel.agent_id.is_not(None), Kernel.status.in_(holds_slots())]
-    if agent_ids is not None:
-        where.append(Kernel.agent_id.in_(agent_ids))
-    slot_rows = await conn.execute(
-        select(Kernel.agent_id, slot.c.key, func.sum(cast(slot.c.value, Numeric)))
-        .select_from(Kernel)
-        .join(slot, literal_column("true"))
-        .where(*where)
-        .group_by(Kernel.agent_id, slot.c.key)
-    )
-    occupied: dict[str, ResourceSlots] = defaultdict(ResourceSlots)
-    for agent_id, key, total in slot_rows:
-        occupied[agent_id][key] = Decimal(total)
-    count_rows = await conn.execute(
-        select(Kernel.agent_id, func.count()).where(*where).group_by(Kernel.agent_id)
-    )
-    counts = {str(agent_id): int(n) for agent_id, n in count_rows}
-    return dict(occupied), counts

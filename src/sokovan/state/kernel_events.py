@@ -18,7 +18,7 @@ from sokovan.common.events import (
     KernelTerminated,
 )
 from sokovan.common.types import FailureCause, KernelStatus
-from sokovan.manager.repositories.transitions import KernelMove, KernelTransition, apply_kernel_transitions
+from sokovan.state.kernel_writes import KernelMove, KernelTransition, apply_kernel_transitions
 
 K = KernelStatus
 KernelEvent = (

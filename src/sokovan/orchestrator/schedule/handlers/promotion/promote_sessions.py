@@ -1,0 +1,63 @@
+"""Promote a session when its kernels meet a condition; its kernels are not changed.
+
+One handler class serves every promotion: what differs is data, a `Promotion` spec (the table
+is `promotions.PROMOTIONS`). The condition is decided in SQL when the sessions are read (an idle
+cycle reads nothing) and checked again here on the rows read, so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sokovan.common.types import SessionStatus
+from sokovan.config.cluster import Phase
+from sokovan.orchestrator.schedule.endings import failure_from_kernels
+from sokovan.orchestrator.schedule.handler import (
+    KernelCondition,
+    SessionHandler,
+    SessionResultT,
+    StatusTransitions,
+    TransitionStatus,
+)
+from sokovan.state.session_reads import SessionWithKernels, kernels_match
+
+
+@dataclass(frozen=True)
+class Promotion:
+    name: str
+    targets: frozenset[SessionStatus]
+    kernels: KernelCondition
+    to: SessionStatus  # TERMINATED means "ended": the cause it carries decides TERMINATED or ERROR
+    # The session takes the cause of its first failed kernel with it.
+    cause_from_kernels: bool = False
+    # A session that waits in one of these longer than `phase`'s timeout ends (TERMINATING).
+    expires_in: frozenset[SessionStatus] = frozenset()
+    phase: Phase | None = None
+
+
+class PromoteSessions(SessionHandler):
+    kernels: KernelCondition
+
+    def __init__(self, spec: Promotion) -> None:
+        self.name = spec.name
+        self.targets = spec.targets
+        self.kernels = spec.kernels
+        self.phase = spec.phase
+        self.expires_in = spec.expires_in
+        self.transitions = StatusTransitions(
+            success=TransitionStatus(spec.to),
+            expired=TransitionStatus(SessionStatus.TERMINATING) if spec.expires_in else None,
+        )
+        self._spec = spec
+
+    async def execute(self, targets: Sequence[SessionWithKernels]) -> SessionResultT:
+        result = SessionResultT()
+        for session in targets:
+            if not kernels_match(session.kernels, self.kernels.statuses, self.kernels.match):
+                continue  # read only to be expired
+            result.successes.append(session.id)
+            info = failure_from_kernels(session.kernels) if self._spec.cause_from_kernels else None
+            if info is not None:
+                result.success_info[session.id] = info
+        return result

@@ -1,0 +1,65 @@
+"""Sessions as an entity of the coordinator spine: how they are read, judged, written and counted."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from sokovan.common.metrics import SESSION_TRANSITIONS
+from sokovan.config.cluster import ClusterConfig
+from sokovan.orchestrator.schedule.handler import SessionHandler, SessionResultT
+from sokovan.orchestrator.schedule.judgement import judge, phase_timeout
+from sokovan.orchestrator.spine.coordinator import Applied
+from sokovan.state.session_reads import SessionWithKernels, fetch_sessions
+from sokovan.state.session_writes import SessionTransition, apply_session_transitions
+
+
+class SessionKind:
+    entity = "session"
+
+    def __init__(self, config: ClusterConfig) -> None:
+        self._config = config
+
+    async def load(
+        self, conn: AsyncConnection, handler: SessionHandler, now: dt.datetime
+    ) -> Sequence[SessionWithKernels]:
+        """The sessions in the handler's targets whose kernels meet its condition, and those that
+        waited past the phase's timeout in one of its `expires_in` statuses (whatever their kernels)."""
+        cond = handler.kernels
+        rows = await fetch_sessions(
+            conn, handler.targets, cond.statuses if cond else None, match=cond.match if cond else None
+        )
+        timeout = phase_timeout(handler, self._config)
+        if handler.expires_in and timeout > 0:
+            seen = {s.id for s in rows}
+            stuck = await fetch_sessions(
+                conn, handler.expires_in, changed_before=now - dt.timedelta(seconds=timeout)
+            )
+            rows += [s for s in stuck if s.id not in seen]
+        return rows
+
+    def judge(
+        self,
+        handler: SessionHandler,
+        result: SessionResultT,
+        rows: Sequence[SessionWithKernels],
+        now: dt.datetime,
+    ) -> list[SessionTransition]:
+        return judge(handler, result, rows, self._config, now)
+
+    async def write(self, conn: AsyncConnection, changes: Sequence[SessionTransition]) -> Applied:
+        applied = await apply_session_transitions(conn, changes)
+        kernels_moved = any(t.kernel_to is not None for t in changes if t.session_id in applied.applied)
+        return Applied(
+            moved={sid: (src.value, dst.value) for sid, (src, dst) in applied.moved.items()},
+            events=applied.events(),
+            changed=kernels_moved,
+        )
+
+    def outcome(self, change: SessionTransition) -> tuple[str, str]:
+        return change.handler, change.result.value
+
+    def count_move(self, src: str, dst: str) -> None:
+        SESSION_TRANSITIONS.labels(from_status=src, to_status=dst).inc()

@@ -1,0 +1,142 @@
+"""One coordinator for every kind of entity.
+
+A coordinator runs lanes: ordered lists of handlers, each lane one cycle under its own
+cluster-wide lock. For each handler it reads the rows in the handler's target statuses, lets the
+handler work on them, has the entity's judgement turn what the handler reported into guarded
+transitions (through the handler's StatusTransitions table), writes them with their history in
+one transaction, counts them and publishes them to users. What differs per entity (its rows, its
+statuses, its result kinds, its writes) is an `EntityKind`; the loop around it is `CoordinatorLoop`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
+from sokovan.common.metrics import HANDLER_RUNS
+from sokovan.orchestrator.locks import CycleLock, run_exclusive
+from sokovan.orchestrator.spine.result import HandlerResult
+
+log = structlog.get_logger(__name__)
+
+RowT = TypeVar("RowT")
+ChangeT = TypeVar("ChangeT")
+InfoT = TypeVar("InfoT")
+RowT_contra = TypeVar("RowT_contra", contravariant=True)
+HandlerT_contra = TypeVar("HandlerT_contra", contravariant=True)
+
+
+class Handler(Protocol[RowT_contra, InfoT]):
+    """Does the work of one stage for the rows in its target statuses and reports outcomes."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def execute(self, rows: Sequence[RowT_contra]) -> HandlerResult[InfoT]: ...
+
+
+HandlerT = TypeVar("HandlerT", bound=Handler[Any, Any])
+
+
+@dataclass
+class Applied:
+    """What one write did: the entities whose status changed (from → to, as values), the events
+    users see, and whether anything else moved (e.g. a session's kernels)."""
+
+    moved: dict[uuid.UUID, tuple[str, str]] = field(default_factory=dict)
+    events: list[UserEvent] = field(default_factory=list)
+    changed: bool = False
+
+
+class EntityKind(Protocol[HandlerT_contra, RowT, ChangeT, InfoT]):
+    """What a coordinator needs to know about one kind of entity."""
+
+    @property
+    def entity(self) -> str:
+        """'session', 'deployment', 'route': for logs and metrics."""
+
+    async def load(self, conn: AsyncConnection, handler: HandlerT_contra, now: dt.datetime) -> Sequence[RowT]:
+        """The rows `handler` works on this cycle (its target statuses, and any it must expire)."""
+
+    def judge(
+        self, handler: HandlerT_contra, result: HandlerResult[InfoT], rows: Sequence[RowT], now: dt.datetime
+    ) -> list[ChangeT]:
+        """Turn what the handler reported into guarded transitions through its table."""
+
+    async def write(self, conn: AsyncConnection, changes: Sequence[ChangeT]) -> Applied:
+        """Apply the transitions (compare-and-set, history in the same transaction)."""
+
+    def outcome(self, change: ChangeT) -> tuple[str, str]:
+        """(handler name, result) of a transition, for the handler-runs counter."""
+
+    def count_move(self, src: str, dst: str) -> None:
+        """Count one status change of this entity."""
+
+
+class Coordinator(Generic[HandlerT, RowT, ChangeT, InfoT]):
+    def __init__(
+        self,
+        name: str,
+        kind: EntityKind[HandlerT, RowT, ChangeT, InfoT],
+        engine: AsyncEngine,
+        lanes: Mapping[str, Sequence[HandlerT]],
+        lock: CycleLock | None = None,
+        events: UserEventPublisher | None = None,
+    ) -> None:
+        self.name = name
+        self.kind = kind
+        self.lanes: dict[str, list[HandlerT]] = {lane: list(hs) for lane, hs in lanes.items()}
+        self._engine = engine
+        self._lock = lock
+        self._events = events
+
+    async def cycle(self) -> bool:
+        """Run every lane once; True when anything moved."""
+        moved = False
+        for lane in self.lanes:
+            moved |= await self.cycle_lane(lane)
+        return moved
+
+    async def cycle_lane(self, lane: str) -> bool:
+        handlers = self.lanes[lane]
+
+        async def run() -> bool:
+            moved = False
+            for handler in handlers:
+                moved |= await self.run_handler(handler)
+            return moved
+
+        return await run_exclusive(self._lock, f"{self.name}.{lane}", run)
+
+    async def run_handler(self, handler: HandlerT) -> bool:
+        now = dt.datetime.now(dt.UTC)
+        async with self._engine.connect() as conn:
+            rows = await self.kind.load(conn, handler, now)
+        if not rows:
+            return False
+        result: HandlerResult[InfoT] = await handler.execute(rows)
+        return await self.apply(self.kind.judge(handler, result, rows, now))
+
+    async def apply(self, changes: Sequence[ChangeT]) -> bool:
+        if not changes:
+            return False
+        async with self._engine.begin() as conn:
+            applied = await self.kind.write(conn, changes)
+        for change in changes:
+            handler, result = self.kind.outcome(change)
+            HANDLER_RUNS.labels(handler=handler, result=result).inc()
+        for src, dst in applied.moved.values():
+            self.kind.count_move(src, dst)
+        await publish(self._events, applied.events)
+        if applied.moved:
+            moves = Counter(f"{src}->{dst}" for src, dst in applied.moved.values())
+            log.info(f"{self.kind.entity}s.moved", **dict(moves))
+        return bool(applied.moved) or applied.changed
