@@ -12,7 +12,8 @@ from sqlalchemy import update
 from sokovan.common.slots import ResourceSlots
 from sokovan.db.models import Session
 from sokovan.manager.controller.admission import quota_violations
-from sokovan.manager.repositories.tenancy import OwnerLimits, quota_of
+from sokovan.manager.repositories.tenancy import OwnerLimits
+from sokovan.state.quota import quota_of
 from tests.api.conftest import Api
 from tests.api.tenancy_helpers import bind_policy, place_kernels, put
 from tests.api.test_auth_and_errors import assert_problem

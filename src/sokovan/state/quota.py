@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from sokovan.common.slots import ResourceSlots
 
@@ -33,3 +34,11 @@ class Quota:
 
 def _fmt(value: Decimal) -> str:
     return ResourceSlots({"x": value}).to_json()["x"]
+
+
+def quota_of(scope: str, raw: dict[str, Any] | None, default_for_unspecified: str) -> Quota | None:
+    """A scope's stored `total_resource_slots` as a Quota; None when it has none (unlimited)."""
+    if raw is None:
+        return None
+    slots = ResourceSlots({k: Decimal(v) for k, v in raw.items() if v is not None})
+    return Quota(scope, slots, unlimited_unspecified=default_for_unspecified == "unlimited")

@@ -10,14 +10,12 @@ import secrets
 import string
 import uuid
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import Role, SessionStatus
 from sokovan.db.models import (
     AuditLog,
@@ -29,7 +27,7 @@ from sokovan.db.models import (
     Session,
     User,
 )
-from sokovan.state.quota import Quota
+from sokovan.state.quota import Quota, quota_of
 
 DEFAULT_DOMAIN = "default"
 DEFAULT_PROJECT = "default"
@@ -208,14 +206,6 @@ class OwnerLimits:
     @property
     def quotas(self) -> list[Quota]:
         return [q for q in (self.policy_quota, self.project_quota, self.domain_quota) if q is not None]
-
-
-def quota_of(scope: str, raw: dict[str, Any] | None, default_for_unspecified: str) -> Quota | None:
-    """A scope's `total_resource_slots` as a Quota; None when it has none (unlimited)."""
-    if raw is None:
-        return None
-    slots = ResourceSlots({k: Decimal(v) for k, v in raw.items() if v is not None})
-    return Quota(scope, slots, unlimited_unspecified=default_for_unspecified == "unlimited")
 
 
 # Built once: this runs on every create, and building a statement costs more than running it.

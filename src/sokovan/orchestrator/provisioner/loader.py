@@ -29,17 +29,10 @@ from sokovan.orchestrator.provisioner.snapshot import (
     Tenancy,
 )
 from sokovan.state.occupancy import agent_occupancy, slot_holding
-from sokovan.state.quota import Quota
+from sokovan.state.quota import quota_of
 from sokovan.state.session_reads import SessionWithKernels
 
 _ACTIVE = [s.value for s in SessionStatus.non_terminal() - {SessionStatus.PENDING}]
-
-
-def _quota(scope: str, raw: dict[str, Any] | None, default_for_unspecified: str) -> Quota | None:
-    if raw is None:
-        return None
-    slots = ResourceSlots({k: Decimal(v) for k, v in raw.items() if v is not None})
-    return Quota(scope, slots, unlimited_unspecified=default_for_unspecified == "unlimited")
 
 
 async def load_snapshots(
@@ -100,18 +93,18 @@ async def _load_tenancy(
             continue
         tenancy.keypairs[access_key] = KeypairPolicy(
             name=policy.name,
-            quota=_quota(
+            quota=quota_of(
                 f"keypair policy {policy.name!r}", policy.total_resource_slots, policy.default_for_unspecified
             ),
             max_concurrent_sessions=policy.max_concurrent_sessions,
             max_pending_sessions=policy.max_pending_sessions,
         )
     for p in (await orm.execute(select(Project).where(Project.id.in_(projects)))).scalars():
-        quota = _quota(f"project {p.name!r}", p.total_resource_slots, p.default_for_unspecified)
+        quota = quota_of(f"project {p.name!r}", p.total_resource_slots, p.default_for_unspecified)
         if quota is not None:
             tenancy.project_quotas[p.id] = quota
     for d in (await orm.execute(select(Domain).where(Domain.name.in_(domains)))).scalars():
-        quota = _quota(f"domain {d.name!r}", d.total_resource_slots, d.default_for_unspecified)
+        quota = quota_of(f"domain {d.name!r}", d.total_resource_slots, d.default_for_unspecified)
         if quota is not None:
             tenancy.domain_quotas[d.name] = quota
     await _load_usage(conn, tenancy, keys, projects, domains)
