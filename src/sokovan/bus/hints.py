@@ -21,6 +21,8 @@ class Hint(enum.StrEnum):
     """The coordinators a hint can name: one name each, used by publishers and the orchestrator."""
 
     SCHEDULE = "schedule"
+    DEPLOYMENT = "deployment"
+    ROUTE = "route"
     MAINTENANCE = "maintenance"
     RETRY = "retry"
 

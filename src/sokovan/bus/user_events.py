@@ -23,7 +23,8 @@ def user_events_channel(prefix: str) -> str:
 
 
 class UserEvent(BaseModel):
-    """`name` is e.g. session.status, kernel.status, agent.status; `from`/`to` are statuses."""
+    """`name` is e.g. session.status, kernel.status, agent.status, deployment.status, route.status;
+    `from`/`to` are statuses."""
 
     model_config = ConfigDict(populate_by_name=True)
 
@@ -32,6 +33,8 @@ class UserEvent(BaseModel):
     session_id: str | None = None
     kernel_id: str | None = None
     agent_id: str | None = None
+    deployment_id: str | None = None
+    route_id: str | None = None
     from_status: str | None = Field(default=None, alias="from")
     to_status: str | None = Field(default=None, alias="to")
     # Who may see it: the session's owner (user id); None for cluster events (admins only).

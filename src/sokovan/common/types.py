@@ -78,6 +78,54 @@ class AgentStatus(enum.StrEnum):
     FAILED = "FAILED"
 
 
+class EndpointLifecycle(enum.StrEnum):
+    """A deployment's status (model serving)."""
+
+    PENDING = "PENDING"
+    SCALING = "SCALING"
+    READY = "READY"
+    DEPLOYING = "DEPLOYING"
+    DESTROYING = "DESTROYING"
+    DESTROYED = "DESTROYED"
+
+
+class RouteStatus(enum.StrEnum):
+    """A replica's route: its entry in the routing table and its health."""
+
+    PROVISIONING = "PROVISIONING"
+    HEALTHY = "HEALTHY"
+    UNHEALTHY = "UNHEALTHY"
+    DEGRADED = "DEGRADED"
+    TERMINATING = "TERMINATING"
+    TERMINATED = "TERMINATED"
+    FAILED_TO_START = "FAILED_TO_START"
+
+    @classmethod
+    def live(cls) -> frozenset[RouteStatus]:
+        """A route that counts as a replica: it has not been given up."""
+        return frozenset({cls.PROVISIONING, cls.HEALTHY, cls.UNHEALTHY, cls.DEGRADED})
+
+    @classmethod
+    def probed(cls) -> frozenset[RouteStatus]:
+        """Routes whose replica runs: the proxy probes their health."""
+        return frozenset({cls.HEALTHY, cls.UNHEALTHY, cls.DEGRADED})
+
+
+class HandlerOutcome(enum.StrEnum):
+    """What a deployment or route handler run came to (their history's `result`)."""
+
+    SUCCESS = "SUCCESS"
+    FAILURE = "FAILURE"
+    STALE = "STALE"
+
+
+class DeploymentType(enum.StrEnum):
+    CUSTOM = "custom"
+    VLLM = "vllm"
+    TGI = "tgi"
+    SGLANG = "sglang"
+
+
 class SchedulingResult(enum.StrEnum):
     SUCCESS = "SUCCESS"
     NEED_RETRY = "NEED_RETRY"
