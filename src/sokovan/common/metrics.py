@@ -10,7 +10,7 @@ Increment them where the thing happens, e.g.::
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, Counter, Histogram, generate_latest
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest
 
 # The text format `generate_latest()` writes (spelled out: CONTENT_TYPE_LATEST moved to 1.0.0 in 0.22+).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -53,3 +53,18 @@ RETRY_EXHAUSTED = Counter(
     "sokovan_session_retry_exhausted_total", "Failed sessions whose retries were all used.", ["cause"]
 )
 RETRY_SUCCEEDED = Counter("sokovan_session_retry_succeeded_total", "Retried sessions that ended in success.")
+
+
+DEPLOYMENT_TRANSITIONS = Counter(
+    "sokovan_deployment_transitions_total",
+    "Deployment status transitions applied",
+    ["from_status", "to_status"],
+)
+ROUTE_TRANSITIONS = Counter(
+    "sokovan_route_transitions_total", "Route status transitions applied", ["from_status", "to_status"]
+)
+ROUTE_REPLICAS = Gauge("sokovan_route_replicas", "Replicas (routes) by route status", ["status"])
+ROUTE_EVICTIONS = Counter("sokovan_route_evictions_total", "Unhealthy routes evicted")
+REPLICA_REPLACEMENTS = Counter(
+    "sokovan_replica_replacements_total", "Replicas created to replace ones that were lost"
+)

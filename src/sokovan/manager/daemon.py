@@ -25,8 +25,10 @@ from sokovan.config.cluster import ClusterConfig, EtcdConfigWatcher
 from sokovan.db.engine import make_engine
 from sokovan.manager.api.app import create_app
 from sokovan.manager.context import ManagerContext
+from sokovan.manager.controller.replica_sessions import ControllerReplicas
+from sokovan.manager.controller.scheduling_controller import SchedulingController
 from sokovan.manager.event_dispatch import EventDispatcher
-from sokovan.orchestrator.orchestrator import SokovanOrchestrator
+from sokovan.orchestrator.orchestrator import Serving, SokovanOrchestrator
 
 log = structlog.get_logger(__name__)
 
@@ -48,8 +50,16 @@ async def run_manager(
     watcher = EtcdConfigWatcher(etcd, settings.etcd_prefix, config)
     await watcher.load()
     events = UserEventPublisher(redis, settings.etcd_prefix)
+    ctx = ManagerContext(settings=settings, engine=engine, redis=redis, etcd=etcd, hints=hints, rpc=rpc)
+    # Replicas are created and ended through the same controller as the API's sessions.
+    replicas = ControllerReplicas(SchedulingController(ctx, config), engine)
     orchestrator = SokovanOrchestrator(
-        engine, rpc, config, events, backlog=functools.partial(consumer_backlog, redis, settings.etcd_prefix)
+        engine,
+        rpc,
+        config,
+        events,
+        backlog=functools.partial(consumer_backlog, redis, settings.etcd_prefix),
+        serving=Serving(redis, settings.etcd_prefix, settings.cluster_secret, replicas),
     )
     consumer = EventConsumer(
         redis,
@@ -58,7 +68,6 @@ async def run_manager(
         consumer=f"{socket.gethostname()}-{os.getpid()}",
         handler=EventDispatcher(engine, hints, events),
     )
-    ctx = ManagerContext(settings=settings, engine=engine, redis=redis, etcd=etcd, hints=hints, rpc=rpc)
     runner = web.AppRunner(create_app(ctx, config), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, settings.api_host, settings.api_port, reuse_port=reuse_port or None)

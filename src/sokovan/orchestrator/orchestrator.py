@@ -2,9 +2,9 @@
 
 Each coordinator is driven by `CoordinatorLoop`s (a short cycle when hinted, a long cycle always),
 one per lane; every lane cycles under its own cluster-wide lock. The ScheduleCoordinator runs the
-session handlers in four lanes (end, place, prepare, start) that cycle concurrently; retries and
-maintenance are one lane each. To add a session handler, write its file and add it to a lane in
-`session_lanes`.
+session handlers in four lanes (end, place, prepare, start) that cycle concurrently; the
+DeploymentCoordinator and the RouteCoordinator (model serving) one lane each, as do retries and
+maintenance. To add a handler, write its file and add it to a lane below.
 """
 
 from __future__ import annotations
@@ -12,17 +12,35 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
+import redis.asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.bus.hints import Hint
 from sokovan.bus.user_events import UserEventPublisher
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.config.cluster import ClusterConfig
+from sokovan.orchestrator.deployment.coordinator import DeploymentCoordinator
+from sokovan.orchestrator.deployment.handler import DeploymentHandler
+from sokovan.orchestrator.deployment.handlers.check_pending_deployment import CheckPendingDeployment
+from sokovan.orchestrator.deployment.handlers.check_replica_deployment import CheckReplicaDeployment
+from sokovan.orchestrator.deployment.handlers.destroying_deployment import DestroyingDeployment
+from sokovan.orchestrator.deployment.handlers.reconcile_deployment import ReconcileDeployment
+from sokovan.orchestrator.deployment.handlers.scaling_deployment import ScalingDeployment
+from sokovan.orchestrator.deployment.replicas import ReplicaSessions
 from sokovan.orchestrator.locks import CycleLock
 from sokovan.orchestrator.loop import CoordinatorLoop
 from sokovan.orchestrator.maintenance.coordinator import MaintenanceCoordinator
 from sokovan.orchestrator.retry.engine import RetryCoordinator
+from sokovan.orchestrator.route.coordinator import RouteCoordinator
+from sokovan.orchestrator.route.handler import RouteHandler
+from sokovan.orchestrator.route.handlers.health_check_route import HealthCheckRoute
+from sokovan.orchestrator.route.handlers.provisioning_route import ProvisioningRoute
+from sokovan.orchestrator.route.handlers.route_eviction import RouteEviction
+from sokovan.orchestrator.route.handlers.running_route import RunningRoute
+from sokovan.orchestrator.route.handlers.service_discovery_sync import ServiceDiscoverySync
+from sokovan.orchestrator.route.handlers.terminating_route import TerminatingRoute
 from sokovan.orchestrator.schedule.coordinator import ScheduleCoordinator
 from sokovan.orchestrator.schedule.handler import SessionHandler
 from sokovan.orchestrator.schedule.handlers.lifecycle.call_agents import (
@@ -62,6 +80,45 @@ def session_lanes(
     }
 
 
+@dataclass(frozen=True)
+class Serving:
+    """What the deployment and route coordinators need besides the database: the bus the routing
+    table and health reports travel on, and a way to create and end replica sessions."""
+
+    redis: aioredis.Redis
+    prefix: str
+    secret: str
+    replicas: ReplicaSessions
+
+
+def deployment_lanes(
+    engine: AsyncEngine, events: UserEventPublisher | None
+) -> dict[str, list[DeploymentHandler]]:
+    return {
+        "deployments": [
+            CheckPendingDeployment(engine),
+            CheckReplicaDeployment(),
+            ReconcileDeployment(),
+            ScalingDeployment(engine, events),
+            DestroyingDeployment(engine, events),
+        ]
+    }
+
+
+def route_lanes(engine: AsyncEngine, serving: Serving) -> dict[str, list[RouteHandler]]:
+    bus = (serving.redis, serving.prefix)
+    return {
+        "routes": [
+            ProvisioningRoute(engine, serving.replicas),
+            HealthCheckRoute(engine, *bus, serving.secret),
+            RouteEviction(),
+            RunningRoute(),
+            TerminatingRoute(serving.replicas, *bus),
+            ServiceDiscoverySync(engine, *bus, serving.secret),
+        ]
+    }
+
+
 def session_handlers(engine: AsyncEngine, rpc: AgentRPCClient) -> list[SessionHandler]:
     """All session handlers in one sequence (one lane), in lane order."""
     return [h for lane in session_lanes(engine, rpc).values() for h in lane]
@@ -75,6 +132,7 @@ class SokovanOrchestrator:
         config: ClusterConfig,
         events: UserEventPublisher | None = None,
         backlog: Callable[[], Awaitable[int]] | None = None,
+        serving: Serving | None = None,
     ) -> None:
         self.config = config
         self.schedule = ScheduleCoordinator(
@@ -97,6 +155,29 @@ class SokovanOrchestrator:
         for loops in self.loops.values():
             for loop in loops:
                 loop.on_moved = wake_sessions
+        if serving is not None:
+            self._add_serving(engine, events, serving)
+
+    def _add_serving(self, engine: AsyncEngine, events: UserEventPublisher | None, serving: Serving) -> None:
+        """Deployments and routes: what one moves is the other's business, and replica sessions
+        moving is the routes' (a replica started, or ended)."""
+        deployments = DeploymentCoordinator(
+            engine, deployment_lanes(engine, events), CycleLock(engine), events
+        )
+        routes = RouteCoordinator(engine, route_lanes(engine, serving), CycleLock(engine), events)
+        wake_serving = functools.partial(self.hint, Hint.DEPLOYMENT, Hint.ROUTE)
+        self.loops[Hint.DEPLOYMENT] = [
+            self._loop(f"{Hint.DEPLOYMENT}.{lane}", functools.partial(deployments.cycle_lane, lane))
+            for lane in deployments.lanes
+        ]
+        self.loops[Hint.ROUTE] = [
+            self._loop(f"{Hint.ROUTE}.{lane}", functools.partial(routes.cycle_lane, lane))
+            for lane in routes.lanes
+        ]
+        for loop in self.loops[Hint.DEPLOYMENT] + self.loops[Hint.ROUTE]:
+            loop.on_moved = wake_serving
+        for loop in self.loops[Hint.SCHEDULE]:
+            loop.on_moved = functools.partial(self.hint, Hint.SCHEDULE, Hint.ROUTE)
 
     def _loop(self, name: str, cycle: Callable[[], Awaitable[bool]]) -> CoordinatorLoop:
         return CoordinatorLoop(
@@ -106,10 +187,11 @@ class SokovanOrchestrator:
             debounce=lambda: self.config.loops.short_cycle_debounce,
         )
 
-    def hint(self, coordinator: str) -> None:
-        """Wake the loops of `coordinator` (a `Hint` value, as it arrives over Redis)."""
-        for loop in self.loops.get(coordinator, []):
-            loop.hint()
+    def hint(self, *coordinators: str) -> None:
+        """Wake the loops of each of `coordinators` (`Hint` values, as they arrive over Redis)."""
+        for coordinator in coordinators:
+            for loop in self.loops.get(coordinator, []):
+                loop.hint()
 
     async def run(self, stop: asyncio.Event) -> None:
         await asyncio.gather(*(loop.run(stop) for loops in self.loops.values() for loop in loops))

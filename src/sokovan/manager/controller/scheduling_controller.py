@@ -77,7 +77,10 @@ class SchedulingController:
 
     # -- create -------------------------------------------------------------------------------
 
-    async def create_session(self, principal: Principal, spec: SessionCreateRequest) -> CreateOutcome:
+    async def create_session(
+        self, principal: Principal, spec: SessionCreateRequest, *, deployment_id: uuid.UUID | None = None
+    ) -> CreateOutcome:
+        """Admit and enqueue a session; `deployment_id` marks it a replica of that deployment."""
         per_kernel = spec.per_kernel_slots()
         try:
             async with self._ctx.engine.begin() as conn:
@@ -89,7 +92,13 @@ class SchedulingController:
                         return CreateOutcome(existing, created=False)
                 depends_on = await admit(conn, principal, spec, per_kernel, limits, self._capacity)
                 session_id = await self._insert(
-                    conn, principal, spec, per_kernel, depends_on, self._max_retries(spec, limits)
+                    conn,
+                    principal,
+                    spec,
+                    per_kernel,
+                    depends_on,
+                    self._max_retries(spec, limits),
+                    deployment_id,
                 )
         except IntegrityError:
             # Two requests with one creation_id raced: the unique constraint let one of them in.
@@ -168,6 +177,7 @@ class SchedulingController:
         per_kernel: ResourceSlots,
         depends_on: list[uuid.UUID],
         max_retries: int = 0,
+        deployment_id: uuid.UUID | None = None,
     ) -> uuid.UUID:
         session_id = uuid.uuid4()
         slots = per_kernel.to_json()
@@ -197,6 +207,7 @@ class SchedulingController:
                 "max_retries": max_retries,
                 # As given: unset fields come from the defaults when a retry is decided.
                 "retry_policy": policy.model_dump(mode="json", exclude_unset=True) if policy else None,
+                "deployment_id": deployment_id,
             },
         )
         await conn.execute(

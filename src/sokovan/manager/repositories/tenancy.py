@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select
+from sqlalchemy import ColumnElement, bindparam, func, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -71,6 +71,15 @@ def new_token() -> str:
 
 async def resolve_token(conn: AsyncConnection, token: str) -> Principal | None:
     """The active keypair a token belongs to, or None."""
+    return await _principal(conn, Keypair.token_hash == hash_token(token))
+
+
+async def principal_of(conn: AsyncConnection, access_key: str) -> Principal | None:
+    """The active keypair `access_key` (e.g. a deployment's owner, acting through its replicas)."""
+    return await _principal(conn, Keypair.access_key == access_key)
+
+
+async def _principal(conn: AsyncConnection, which: ColumnElement[bool]) -> Principal | None:
     row = (
         await conn.execute(
             select(
@@ -83,7 +92,7 @@ async def resolve_token(conn: AsyncConnection, token: str) -> Principal | None:
             )
             .join(User, User.id == Keypair.user_id)
             .join(Project, Project.id == Keypair.project_id)
-            .where(Keypair.token_hash == hash_token(token), Keypair.is_active.is_(True))
+            .where(which, Keypair.is_active.is_(True))
         )
     ).first()
     if row is None:

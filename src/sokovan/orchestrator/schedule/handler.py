@@ -65,6 +65,7 @@ class SessionHandler(abc.ABC):
     phase: Phase | None = None
     expires_in: frozenset[SessionStatus] | None = None
     transitions: StatusTransitions
+    always_runs: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -40,6 +40,10 @@ class Handler(Protocol[RowT_contra, InfoT]):
     @property
     def name(self) -> str: ...
 
+    @property
+    def always_runs(self) -> bool:
+        """Run even when no row is in the handler's statuses (e.g. to publish an empty table)."""
+
     async def execute(self, rows: Sequence[RowT_contra]) -> HandlerResult[InfoT]: ...
 
 
@@ -120,7 +124,7 @@ class Coordinator(Generic[HandlerT, RowT, ChangeT, InfoT]):
         now = dt.datetime.now(dt.UTC)
         async with self._engine.connect() as conn:
             rows = await self.kind.load(conn, handler, now)
-        if not rows:
+        if not rows and not handler.always_runs:
             return False
         result: HandlerResult[InfoT] = await handler.execute(rows)
         return await self.apply(self.kind.judge(handler, result, rows, now))

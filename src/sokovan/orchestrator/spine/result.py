@@ -28,6 +28,8 @@ class HandlerResult(Generic[InfoT]):
     rejected: dict[uuid.UUID, InfoT] = field(default_factory=dict)
     # Entities whose facts were out of date when looked at (routes: a health report gone stale).
     stale: dict[uuid.UUID, str] = field(default_factory=dict)
+    # status_info written with whatever outcome an entity had (deployments and routes).
+    info: dict[uuid.UUID, InfoT] = field(default_factory=dict)
 
     @property
     def attempted(self) -> set[uuid.UUID]:

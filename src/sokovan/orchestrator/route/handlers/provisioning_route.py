@@ -1,0 +1,72 @@
+"""PROVISIONING → DEGRADED once its replica session runs and says where its server answers;
+→ FAILED_TO_START when the session ends (or is refused) before that.
+
+The route is the replica's creation key: the session is created here, idempotently (a second
+manager, or this one after a crash, finds the same session), and linked to the route.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import bindparam, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from sokovan.common.types import SessionStatus
+from sokovan.db.models import Route
+from sokovan.orchestrator.deployment.replicas import ReplicaRefused, ReplicaSessions, replica_spec
+from sokovan.orchestrator.route.handler import R, RouteHandler, RouteTransitions
+from sokovan.orchestrator.spine.outcome import OutcomeResult
+from sokovan.state.serving_reads import RouteRow
+
+_ENDED = SessionStatus.terminal() | {SessionStatus.TERMINATING}
+
+
+class ProvisioningRoute(RouteHandler):
+    targets = frozenset({R.PROVISIONING})
+    transitions = RouteTransitions(success=R.DEGRADED, failure=R.FAILED_TO_START)
+
+    def __init__(self, engine: AsyncEngine, replicas: ReplicaSessions) -> None:
+        self._engine = engine
+        self._replicas = replicas
+
+    async def execute(self, rows: Sequence[RouteRow]) -> OutcomeResult:
+        result = OutcomeResult()
+        links: list[dict[str, object]] = []
+        for route in rows:
+            if route.session_id is None:
+                spec = replica_spec(
+                    route.access_key,
+                    route.deployment_id,
+                    route.deployment_name,
+                    route.id,
+                    route.definition,
+                    route.scaling_group,
+                )
+                try:
+                    session_id = await self._replicas.ensure(spec)
+                except ReplicaRefused as exc:
+                    result.failures[route.id] = f"replica refused: {exc}"
+                    continue
+                links.append({"b_id": route.id, "b_session": session_id, "b_endpoint": None})
+                result.skipped[route.id] = "replica session created"
+            elif route.session_status in _ENDED:
+                result.failures[route.id] = f"replica session {route.session_status} before it served"
+            elif route.session_status == SessionStatus.RUNNING and route.service_addr:
+                links.append(
+                    {"b_id": route.id, "b_session": route.session_id, "b_endpoint": route.service_addr}
+                )
+                result.successes.append(route.id)
+                result.info[route.id] = {"endpoint": route.service_addr}
+            else:
+                result.skipped[route.id] = f"replica session {route.session_status}"
+        if links:
+            async with self._engine.begin() as conn:
+                await conn.execute(
+                    update(Route)
+                    .where(Route.id == bindparam("b_id"))
+                    .values(session_id=bindparam("b_session"), endpoint=bindparam("b_endpoint"))
+                    .execution_options(synchronize_session=False),
+                    links,
+                )
+        return result

@@ -1,0 +1,71 @@
+"""Publishes the routing table: per deployment, the endpoints of its HEALTHY routes (where the app
+proxies send traffic), and every route whose replica serves (which the proxies probe).
+
+It runs every cycle even with no HEALTHY route, so the proxies learn that a route left, and it
+keeps the gauge of replicas by route status. It changes no status.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import redis.asyncio as aioredis
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from sokovan.bus.routing import HealthCheck, ProbeTarget, RoutingTable, publish_table
+from sokovan.common.metrics import ROUTE_REPLICAS
+from sokovan.db.models import Route
+from sokovan.orchestrator.route.handler import R, RouteHandler, RouteTransitions
+from sokovan.orchestrator.spine.outcome import OutcomeResult
+from sokovan.state.serving_reads import RouteRow
+
+
+class ServiceDiscoverySync(RouteHandler):
+    targets = frozenset({R.HEALTHY})
+    reads = R.probed()
+    transitions = RouteTransitions(success=None, failure=None)
+    always_runs = True
+
+    def __init__(self, engine: AsyncEngine, redis: aioredis.Redis, prefix: str, secret: str) -> None:
+        self._engine = engine
+        self._redis = redis
+        self._prefix = prefix
+        self._secret = secret
+
+    async def execute(self, rows: Sequence[RouteRow]) -> OutcomeResult:
+        table = RoutingTable(generated_at=time.time())
+        for route in rows:
+            if route.endpoint is None:
+                continue
+            if route.status == R.HEALTHY:
+                table.routes.setdefault(route.deployment_name, []).append(route.endpoint)
+            table.probes.append(
+                ProbeTarget(
+                    route_id=route.id,
+                    deployment=route.deployment_name,
+                    endpoint=route.endpoint,
+                    health_check=HealthCheck.model_validate(route.health_check),
+                    since=route.created_at.timestamp(),
+                )
+            )
+        await publish_table(self._redis, self._prefix, self._secret, table)
+        await self._count()
+        return OutcomeResult()
+
+    async def _count(self) -> None:
+        async with self._engine.connect() as conn:
+            counts = dict(
+                (
+                    await conn.execute(
+                        select(Route.status, func.count())
+                        .where(Route.status != R.TERMINATED.value)
+                        .group_by(Route.status)
+                    )
+                )
+                .tuples()
+                .all()
+            )
+        for status in R.live() | {R.TERMINATING, R.FAILED_TO_START}:
+            ROUTE_REPLICAS.labels(status=status.value).set(counts.get(status.value, 0))

@@ -1,0 +1,169 @@
+"""The read model of deployments and routes, as the deployment and route coordinators see them.
+
+One statement per kind of row per cycle: deployments in some statuses with their routes, or
+routes in some statuses with what they need of their deployment, their replica session and its
+main kernel (where its server answers).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from sokovan.common.types import EndpointLifecycle, RouteStatus, SessionStatus
+from sokovan.db.models import Deployment, Kernel, Route, Session
+
+BATCH_LIMIT = 5000
+
+
+@dataclass(frozen=True)
+class RouteRow:
+    id: uuid.UUID
+    deployment_id: uuid.UUID
+    deployment_name: str
+    owner: uuid.UUID  # the deployment owner's user id
+    access_key: str
+    status: RouteStatus
+    status_info: dict[str, Any]
+    status_changed_at: dt.datetime
+    created_at: dt.datetime
+    session_id: uuid.UUID | None
+    session_status: SessionStatus | None
+    service_addr: str | None
+    endpoint: str | None
+    health: dict[str, Any]
+    health_check: dict[str, Any]
+    definition: dict[str, Any]
+    scaling_group: str
+
+
+@dataclass(frozen=True)
+class DeploymentRow:
+    id: uuid.UUID
+    name: str
+    type: str
+    access_key: str
+    owner: uuid.UUID
+    scaling_group: str
+    replicas: int
+    definition: dict[str, Any]
+    health_check: dict[str, Any]
+    replica_seq: int
+    status: EndpointLifecycle
+    status_info: dict[str, Any]
+    status_changed_at: dt.datetime
+    created_at: dt.datetime
+    routes: tuple[RouteRow, ...]  # every route not TERMINATED, oldest first
+
+    @property
+    def live_routes(self) -> list[RouteRow]:
+        """Routes that count as replicas (not being given up)."""
+        return [r for r in self.routes if r.status in RouteStatus.live()]
+
+
+def _route_query() -> Any:
+    return (
+        select(
+            *Route.__table__.c,
+            Deployment.name.label("deployment_name"),
+            Deployment.user_id.label("owner"),
+            Deployment.access_key,
+            Deployment.health_check,
+            Deployment.definition,
+            Deployment.scaling_group,
+            Session.status.label("session_status"),
+            Kernel.service_addr,
+        )
+        .join(Deployment, Deployment.id == Route.deployment_id)
+        .outerjoin(Session, Session.id == Route.session_id)
+        .outerjoin(Kernel, and_(Kernel.session_id == Route.session_id, Kernel.cluster_idx == 0))
+    )
+
+
+def _route(r: Any) -> RouteRow:
+    route = r
+    return RouteRow(
+        id=route.id,
+        deployment_id=route.deployment_id,
+        deployment_name=r.deployment_name,
+        owner=r.owner,
+        access_key=r.access_key,
+        status=RouteStatus(route.status),
+        status_info=dict(route.status_info or {}),
+        status_changed_at=route.status_changed_at,
+        created_at=route.created_at,
+        session_id=route.session_id,
+        session_status=SessionStatus(r.session_status) if r.session_status else None,
+        service_addr=r.service_addr,
+        endpoint=route.endpoint,
+        health=dict(route.health or {}),
+        health_check=dict(r.health_check or {}),
+        definition=dict(r.definition or {}),
+        scaling_group=r.scaling_group,
+    )
+
+
+async def fetch_routes(
+    conn: AsyncConnection, statuses: frozenset[RouteStatus], limit: int = BATCH_LIMIT
+) -> list[RouteRow]:
+    rows = await conn.execute(
+        _route_query()
+        .where(Route.status.in_([s.value for s in statuses]))
+        .order_by(Route.created_at, Route.id)
+        .limit(limit)
+    )
+    return [_route(r) for r in rows]
+
+
+async def fetch_deployments(
+    conn: AsyncConnection, statuses: frozenset[EndpointLifecycle], limit: int = BATCH_LIMIT
+) -> list[DeploymentRow]:
+    deployments = (
+        await conn.execute(
+            select(*Deployment.__table__.c)
+            .where(Deployment.status.in_([s.value for s in statuses]))
+            .order_by(Deployment.created_at, Deployment.id)
+            .limit(limit)
+        )
+    ).all()
+    if not deployments:
+        return []
+    routes: dict[uuid.UUID, list[RouteRow]] = defaultdict(list)
+    rows = await conn.execute(
+        _route_query()
+        .where(
+            Route.deployment_id.in_([d.id for d in deployments]),
+            Route.status != RouteStatus.TERMINATED.value,
+        )
+        .order_by(Route.created_at, Route.id)
+    )
+    for r in rows:
+        routes[r.deployment_id].append(_route(r))
+    return [_deployment(d, routes.get(d.id, [])) for d in deployments]
+
+
+def _deployment(d: Any, routes: Sequence[RouteRow]) -> DeploymentRow:
+    return DeploymentRow(
+        id=d.id,
+        name=d.name,
+        type=d.type,
+        access_key=d.access_key,
+        owner=d.user_id,
+        scaling_group=d.scaling_group,
+        replicas=d.replicas,
+        definition=dict(d.definition),
+        health_check=dict(d.health_check),
+        replica_seq=d.replica_seq,
+        status=EndpointLifecycle(d.status),
+        status_info=dict(d.status_info or {}),
+        status_changed_at=d.status_changed_at,
+        created_at=d.created_at,
+        routes=tuple(routes),
+    )
