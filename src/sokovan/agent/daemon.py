@@ -23,6 +23,7 @@ from sokovan.agent.images import ImageCatalog
 from sokovan.agent.outbox import EventOutbox
 from sokovan.agent.process_backend import ProcessBackend
 from sokovan.agent.rpc_server import RPCServer, single_agent
+from sokovan.agent.service_ports import service_host
 from sokovan.common.events import (
     AgentHeartbeat,
     AgentStopping,
@@ -86,7 +87,12 @@ class AgentDaemon:
             self._redis, settings.etcd_prefix, settings.cluster_secret, drop_events=config.drop_events
         )
         self.backend = ProcessBackend(
-            config.agent_id, self.work_dir, config.catalog, self._outbox.emit, config.kill_grace
+            config.agent_id,
+            self.work_dir,
+            config.catalog,
+            self._outbox.emit,
+            config.kill_grace,
+            service_host=service_host(config.rpc_host),
         )
         self._rpc = RPCServer(single_agent(self), settings.cluster_secret, config.rpc_host, config.rpc_port)
         self._seq = 0

@@ -3,6 +3,8 @@
 A kernel runs `/bin/sh -c <command>` in `<work_dir>/<kernel_id>/`, in a session (and process
 group) of its own, with stdout/stderr in `stdout.log`/`stderr.log` there; the files outlive the
 process so that `logs` works after the end. One task per kernel awaits its exit and reports it.
+A kernel of an `inference` session also gets a TCP port of its own in `PORT`, reserved until it
+ends, and reports `http://<host>:<port>` as its service address (see `service_ports`).
 
 Events go through `emit`, a non-blocking callback; the daemon publishes them in order.
 """
@@ -25,6 +27,7 @@ from pydantic import BaseModel
 
 from sokovan.agent.images import ImageCatalog
 from sokovan.agent.reconcile import reconcile_event
+from sokovan.agent.service_ports import INFERENCE, PortAllocator
 from sokovan.common.events import (
     KernelCreationFailed,
     KernelRunning,
@@ -49,6 +52,8 @@ class _Kernel:
     session_id: str
     proc: asyncio.subprocess.Process
     oom_mark: int | None
+    port: int | None = None
+    service_addr: str | None = None
     destroy_requested: bool = False
     killer: asyncio.Task[None] | None = None
     watcher: asyncio.Task[None] | None = None
@@ -97,12 +102,20 @@ class ProcessBackend:
     """Starts, watches and stops kernel processes of one agent."""
 
     def __init__(
-        self, agent_id: str, work_dir: Path, catalog: ImageCatalog, emit: Emit, kill_grace: float = 5.0
+        self,
+        agent_id: str,
+        work_dir: Path,
+        catalog: ImageCatalog,
+        emit: Emit,
+        kill_grace: float = 5.0,
+        service_host: str = "127.0.0.1",
     ) -> None:
         self.agent_id = agent_id
         self.work_dir = work_dir
         self.catalog = catalog
         self.kill_grace = kill_grace
+        self.service_host = service_host
+        self.ports = PortAllocator()
         self._emit = emit
         self._live: dict[str, _Kernel] = {}
         self._ended: OrderedDict[str, _Ended] = OrderedDict()
@@ -149,29 +162,17 @@ class ProcessBackend:
         directory.mkdir(parents=True, exist_ok=True)
         env = {"HOME": str(directory), **image.environment(), **spec.environ}
         env.update(SOKOVAN_KERNEL_ID=spec.kernel_id, SOKOVAN_SESSION_ID=spec.session_id)
-        command = spec.command if spec.command is not None else IDLE_COMMAND
+        port = self.ports.allocate() if spec.session_type == INFERENCE else None
+        if port is not None:
+            env["PORT"] = str(port)  # the agent's port wins over one in the session's environ
         mark = oom_kill_count()
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-        out = os.open(directory / "stdout.log", flags, 0o644)
         try:
-            err = os.open(directory / "stderr.log", flags, 0o644)
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    "/bin/sh",
-                    "-c",
-                    command,
-                    cwd=directory,
-                    env=env,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,
-                    start_new_session=True,
-                )
-            finally:
-                os.close(err)
-        finally:
-            os.close(out)
-        return _Kernel(spec.kernel_id, spec.session_id, proc, mark)
+            proc = await _start(spec.command, directory, env)
+        except BaseException:
+            self.ports.release(port)
+            raise
+        service_addr = f"http://{self.service_host}:{port}" if port is not None else None
+        return _Kernel(spec.kernel_id, spec.session_id, proc, mark, port, service_addr)
 
     def _running_event(self, kernel: _Kernel) -> KernelRunning:
         return KernelRunning(
@@ -179,6 +180,7 @@ class ProcessBackend:
             kernel_id=kernel.kernel_id,
             session_id=kernel.session_id,
             pid=kernel.proc.pid,
+            service_addr=kernel.service_addr,
         )
 
     async def _watch(self, kernel: _Kernel) -> None:
@@ -186,6 +188,7 @@ class ProcessBackend:
         _killpg(kernel.proc.pid, signal.SIGKILL)  # what the main process left behind
         exit_code, reason = self._classify(kernel, returncode)
         self._live.pop(kernel.kernel_id, None)
+        self.ports.release(kernel.port)
         self._ended[kernel.kernel_id] = _Ended(kernel.session_id, exit_code, reason)
         while len(self._ended) > MAX_REMEMBERED:
             self._ended.popitem(last=False)
@@ -262,6 +265,7 @@ class ProcessBackend:
                 pid=kernel.proc.pid if kernel is not None else None,
                 ended=(ended.exit_code, ended.reason) if ended is not None else None,
                 image_available=item.image in self.catalog,
+                service_addr=kernel.service_addr if kernel is not None else None,
             )
         )
 
@@ -284,6 +288,30 @@ class ProcessBackend:
             stdout=_tail(directory / "stdout.log"),
             stderr=_tail(directory / "stderr.log"),
         )
+
+
+async def _start(command: str | None, directory: Path, env: dict[str, str]) -> asyncio.subprocess.Process:
+    """`/bin/sh -c <command>` (or the idle command) in `directory`, output to its log files."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+    out = os.open(directory / "stdout.log", flags, 0o644)
+    try:
+        err = os.open(directory / "stderr.log", flags, 0o644)
+        try:
+            return await asyncio.create_subprocess_exec(
+                "/bin/sh",
+                "-c",
+                command if command is not None else IDLE_COMMAND,
+                cwd=directory,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        finally:
+            os.close(err)
+    finally:
+        os.close(out)
 
 
 def install_child_watcher() -> None:

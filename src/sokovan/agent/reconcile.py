@@ -1,9 +1,10 @@
 """The one rule both agent kinds use to answer `reconcile`: which event tells a kernel's state now.
 
-A live kernel is KernelRunning; an ended one KernelTerminated with its exit code and the reason
-it ended with; a kernel the agent does not know is judged by what the manager believes: "pull" →
-KernelPrepared if the image is in the catalog (else KernelImagePullFailed), "run" →
-KernelTerminated(reason="lost"), "terminate" → KernelTerminated(reason="unknown")."""
+A live kernel is KernelRunning (with its `service_addr`, if it serves one); an ended one
+KernelTerminated with its exit code and the reason it ended with; a kernel the agent does not know is
+judged by what the manager believes: "pull" → KernelPrepared if the image is in the catalog (else
+KernelImagePullFailed), "run" → KernelTerminated(reason="lost"), "terminate" →
+KernelTerminated(reason="unknown")."""
 
 from __future__ import annotations
 
@@ -25,10 +26,11 @@ def reconcile_event(
     pid: int | None = None,
     ended: tuple[int | None, EndReason] | None = None,
     image_available: bool = False,
+    service_addr: str | None = None,
 ) -> BaseModel:
     ids = {"agent_id": agent_id, "kernel_id": item.kernel_id, "session_id": item.session_id}
     if live:
-        return KernelRunning(**ids, pid=pid)
+        return KernelRunning(**ids, pid=pid, service_addr=service_addr)
     if ended is not None:
         return KernelTerminated(**ids, exit_code=ended[0], reason=ended[1])
     if item.phase == "pull":

@@ -62,8 +62,12 @@ class KernelImagePullFailed(_KernelEvent):
 
 
 class KernelRunning(_KernelEvent):
+    """The kernel's process runs. `service_addr` (`http://host:port[/path]`) is where the HTTP server
+    of an inference kernel answers; None for other kernels and in events of older agents."""
+
     name: Literal["kernel.running"] = "kernel.running"
     pid: int | None = None
+    service_addr: str | None = None
 
 
 class KernelCreationFailed(_KernelEvent):
