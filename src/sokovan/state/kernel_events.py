@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -34,6 +35,13 @@ _BEFORE_PULL = frozenset({K.SCHEDULED, K.PREPARING})
 _WHILE_PREPARING = frozenset({K.SCHEDULED, K.PREPARING, K.PULLING})
 _WHILE_STARTING = frozenset({K.PREPARED, K.CREATING})
 _LIVE = K.non_terminal()
+SERVICE_ADDR_WIDTH = 256  # kernels.service_addr is VARCHAR(256)
+
+
+def _storable(service_addr: str | None) -> bool:
+    """An address that fits kernels.service_addr; a longer one is dropped rather than failing the
+    batch it came in (it could not be a valid `http://host:port` anyway)."""
+    return service_addr is not None and 0 < len(service_addr) <= SERVICE_ADDR_WIDTH
 
 
 def _failure(cause: FailureCause, message: str) -> dict[str, Any]:
@@ -50,7 +58,8 @@ def _plan(event: KernelEvent) -> tuple[frozenset[KernelStatus], KernelStatus, di
         case KernelImagePullFailed():
             return _WHILE_PREPARING, K.ERROR, _failure(FailureCause.IMAGE_PULL_FAILURE, event.message)
         case KernelRunning():
-            return _WHILE_STARTING, K.RUNNING, {}
+            addr = event.service_addr
+            return _WHILE_STARTING, K.RUNNING, {"service_addr": addr} if _storable(addr) else {}
         case KernelCreationFailed():
             return _WHILE_STARTING, K.ERROR, _failure(FailureCause.UNKNOWN, event.message)
     assert isinstance(event, KernelTerminated)
@@ -121,6 +130,7 @@ def _coalesce(transitions: Sequence[KernelTransition]) -> list[KernelTransition]
     A transition that carries nothing but a status (no exit code, no status_info) is dropped when
     the next transition of the same kernel would accept the kernel both before and after it —
     e.g. pulling then prepared: the kernel goes straight to PREPARED, one write instead of two.
+    A service address of the dropped step goes with the next one (running then terminated).
     """
     out: list[KernelTransition] = []
     last: dict[uuid.UUID, int] = {}
@@ -130,6 +140,8 @@ def _coalesce(transitions: Sequence[KernelTransition]) -> list[KernelTransition]
             prev = out[i]
             bare = prev.exit_code is None and not prev.status_info
             if bare and prev.expected | {prev.to_status} <= t.expected:
+                if prev.service_addr and not t.service_addr:
+                    t = replace(t, service_addr=prev.service_addr)
                 out[i] = t
                 continue
         last[t.kernel_id] = len(out)

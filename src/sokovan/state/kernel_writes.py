@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import String, bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.bus.user_events import UserEvent
@@ -92,6 +92,8 @@ class KernelTransition:
     # When set, the kernel moves only if it is placed on this agent (events from a stale agent
     # about a kernel that has been rescheduled elsewhere are ignored).
     agent_id: str | None = None
+    # Where the kernel's HTTP server answers (inference kernels); written only when set.
+    service_addr: str | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,7 @@ async def apply_kernel_transitions(
                 "b_info": {**(row.status_info or {}), **(t.status_info or {})},
                 "b_exit": t.exit_code if t.exit_code is not None else row.exit_code,
                 "b_terminated": now if t.to_status.is_terminal else None,
+                "b_addr": t.service_addr,
             }
         )
         history.append(
@@ -184,6 +187,7 @@ async def apply_kernel_transitions(
                 status_info=bindparam("b_info"),
                 exit_code=bindparam("b_exit"),
                 terminated_at=func.coalesce(Kernel.terminated_at, bindparam("b_terminated")),
+                service_addr=func.coalesce(bindparam("b_addr", type_=String), Kernel.service_addr),
             )
             .execution_options(synchronize_session=False),
             updates,
