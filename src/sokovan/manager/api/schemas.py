@@ -60,6 +60,9 @@ class KernelOut(BaseModel):
     agent_id: str | None
     exit_code: int | None
     cluster_role: str
+    service_addr: str | None = Field(
+        default=None, description="where the kernel's HTTP server answers (inference kernels), once running"
+    )
 
 
 class SessionOut(BaseModel):

@@ -87,6 +87,8 @@ _KERNELS_JSON = _correlated_json(
                         Kernel.exit_code,
                         "cluster_role",
                         Kernel.cluster_role,
+                        "service_addr",
+                        Kernel.service_addr,
                     ),
                     Kernel.cluster_idx,
                 )
