@@ -7,7 +7,8 @@ outbox (so events are published in emission order, per agent as well, in pipelin
 one heartbeat loop: the first beats (the registrations) are spread over the first second, then
 each agent beats every `heartbeat_interval` at its own phase, so a fleet of N sends a steady
 N / interval beats per second instead of N tasks waking up. Kernels are timers (`call_later`),
-never tasks, so ten thousand of them cost only memory.
+never tasks, so ten thousand of them cost only memory. The same port also answers for the fleet's
+inference kernels' service endpoints (`hollow_services`), unsigned and apart from the RPC.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from redis.exceptions import RedisError
 
 from sokovan.agent.daemon import AgentStartError
 from sokovan.agent.hollow_agent import HollowAgent, HollowBehaviour
+from sokovan.agent.hollow_services import HollowServices
 from sokovan.agent.images import ImageCatalog
 from sokovan.agent.outbox import EventOutbox
 from sokovan.agent.rpc_server import RPCServer
@@ -99,11 +101,18 @@ class HollowFleet:
             rng=random.Random(config.seed),
             max_kernels=config.max_kernels,
         )
+        self.services = HollowServices()
         self.agents: dict[str, HollowAgent] = {
-            agent_id: HollowAgent(agent_id, uuid.uuid4().hex, behaviour, self._outbox.emit)
+            agent_id: HollowAgent(agent_id, uuid.uuid4().hex, behaviour, self._outbox.emit, self.services)
             for agent_id in hollow_ids(config.prefix, config.count)
         }
-        self._rpc = RPCServer(self.agents.get, settings.cluster_secret, config.rpc_host, config.rpc_port)
+        self._rpc = RPCServer(
+            self.agents.get,
+            settings.cluster_secret,
+            config.rpc_host,
+            config.rpc_port,
+            extra_routes=self.services.add_routes,
+        )
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._heartbeats: asyncio.Task[None] | None = None
@@ -132,6 +141,8 @@ class HollowFleet:
         except OSError as exc:
             await self._redis.aclose()
             raise AgentStartError(f"cannot start the hollow fleet: {exc}") from exc
+        assert self._rpc.bound_port is not None
+        self.services.bind(self.config.rpc_host, self._rpc.bound_port)
         self._started = True
         self._tasks.append(asyncio.create_task(self._outbox.run(), name="hollow-outbox"))
         self._heartbeats = asyncio.create_task(self._heartbeat_loop(), name="hollow-heartbeat")

@@ -3,7 +3,8 @@
 A kernel whose command is `sleep S` (or `exec sleep S`) runs for S seconds and exits 0; any
 other command, or none, runs until it is destroyed. Nothing is started: a kernel is an entry in
 a dict and, for a sleep, one `loop.call_later` timer. Every event is the one a real agent would
-publish for the same call, emitted into the fleet's shared outbox.
+publish for the same call, emitted into the fleet's shared outbox. An inference kernel is served
+by the fleet (`hollow_services`) while it lives, and reports that endpoint as its service address.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from sokovan.agent.hollow_services import HollowServices
 from sokovan.agent.images import ImageCatalog
 from sokovan.agent.process_backend import valid_kernel_id
 from sokovan.agent.reconcile import reconcile_event
+from sokovan.agent.service_ports import INFERENCE
 from sokovan.common.events import (
     AgentHeartbeat,
     KernelCreationFailed,
@@ -73,18 +76,26 @@ class HollowBehaviour:
 
 
 class _Kernel:
-    __slots__ = ("kernel_id", "session_id", "timer")
+    __slots__ = ("kernel_id", "service_addr", "session_id", "timer")
 
     def __init__(self, kernel_id: str, session_id: str) -> None:
         self.kernel_id = kernel_id
         self.session_id = session_id
         self.timer: asyncio.TimerHandle | None = None
+        self.service_addr: str | None = None
 
 
 class HollowAgent:
     """One virtual agent; implements `rpc_server.AgentRPCHandlers`."""
 
-    def __init__(self, agent_id: str, boot_id: str, behaviour: HollowBehaviour, emit: Emit) -> None:
+    def __init__(
+        self,
+        agent_id: str,
+        boot_id: str,
+        behaviour: HollowBehaviour,
+        emit: Emit,
+        services: HollowServices | None = None,
+    ) -> None:
         self.agent_id = agent_id
         self.boot_id = boot_id
         self.seq = 0
@@ -94,6 +105,7 @@ class HollowAgent:
         self._live: dict[str, _Kernel] = {}
         self._ended: OrderedDict[str, tuple[str, int | None, EndReason]] = OrderedDict()
         self._pulls: set[asyncio.TimerHandle] = set()
+        self._services = services if services is not None else HollowServices()
 
     def running_kernels(self) -> list[str]:
         return sorted(self._live)
@@ -201,6 +213,8 @@ class HollowAgent:
             )
             return
         kernel = _Kernel(spec.kernel_id, spec.session_id)
+        if spec.session_type == INFERENCE:
+            kernel.service_addr = self._services.add(spec.kernel_id, self.agent_id)
         self._live[spec.kernel_id] = kernel
         self._ended.pop(spec.kernel_id, None)
         self._emit(self._running(kernel))
@@ -214,16 +228,23 @@ class HollowAgent:
         A "pull" kernel is prepared when its image is in the catalog: the pull failure rate
         simulates pulls, and reconcile pulls nothing."""
         ended = self._ended.get(item.kernel_id)
+        kernel = self._live.get(item.kernel_id)
         return reconcile_event(
             self.agent_id,
             item,
-            live=item.kernel_id in self._live,
+            live=kernel is not None,
             ended=(ended[1], ended[2]) if ended is not None else None,
             image_available=item.image in self._behaviour.catalog,
+            service_addr=kernel.service_addr if kernel is not None else None,
         )
 
     def _running(self, kernel: _Kernel) -> KernelRunning:
-        return KernelRunning(agent_id=self.agent_id, kernel_id=kernel.kernel_id, session_id=kernel.session_id)
+        return KernelRunning(
+            agent_id=self.agent_id,
+            kernel_id=kernel.kernel_id,
+            session_id=kernel.session_id,
+            service_addr=kernel.service_addr,
+        )
 
     def _exited(self, kernel: _Kernel) -> None:
         if self._live.get(kernel.kernel_id) is kernel:
@@ -247,6 +268,8 @@ class HollowAgent:
 
     def _end(self, kernel: _Kernel, exit_code: int, reason: EndReason) -> None:
         del self._live[kernel.kernel_id]
+        if kernel.service_addr is not None:
+            self._services.discard(kernel.kernel_id, self.agent_id)
         if kernel.timer is not None:
             kernel.timer.cancel()
             kernel.timer = None

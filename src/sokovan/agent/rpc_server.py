@@ -6,6 +6,9 @@ of the signed payload) to one of the agents this address serves: a real agent ta
 without the header or with its own id, a hollow fleet the ids of its virtual agents; any other
 id is 404 and nothing runs. Then an unknown method is 404 and a body that does not validate is
 400; every error is a JSON object `{"error": ...}`.
+
+A hollow fleet also serves its inference kernels' endpoints on this port (`extra_routes`, see
+`hollow_services`); those are not RPC, carry no signature and reach no RPC method.
 """
 
 from __future__ import annotations
@@ -116,10 +119,19 @@ class RPCServer:
 
     `route` maps the X-Sokovan-Agent header to the agent that serves the request (see
     `single_agent`); the daemon passes its own, a hollow fleet a lookup in its agents.
+    `extra_routes` adds unsigned routes outside `/rpc/` (a hollow fleet's kernel endpoints).
     """
 
-    def __init__(self, route: Route, secret: str, host: str, port: int) -> None:
+    def __init__(
+        self,
+        route: Route,
+        secret: str,
+        host: str,
+        port: int,
+        extra_routes: Callable[[web.Application], None] | None = None,
+    ) -> None:
         self._route = route
+        self._extra_routes = extra_routes
         self._secret = secret
         self._host = host
         self._port = port
@@ -129,6 +141,8 @@ class RPCServer:
     async def start(self) -> None:
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_post("/rpc/{method}", self._dispatch)
+        if self._extra_routes is not None:
+            self._extra_routes(app)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, self._host, self._port)
