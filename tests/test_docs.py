@@ -14,11 +14,17 @@ NAMED = re.compile(r"`([A-Z][A-Za-z]+)`")
 
 
 def _defined_names() -> set[str]:
+    """Every module-level name of the package, and every handler's name (some handlers are data:
+    promotions and agent calls are specs run by one class, listed in the orchestrator)."""
     names: set[str] = set()
     for module in pkgutil.walk_packages(sokovan.__path__, "sokovan."):
         if module.name.endswith("__main__"):
             continue
         names.update(vars(importlib.import_module(module.name)))
+    from sokovan.common.rpc import AgentRPCClient
+    from sokovan.orchestrator.orchestrator import session_handlers
+
+    names.update(h.name for h in session_handlers(None, AgentRPCClient("unused")))  # type: ignore[arg-type]
     return names
 
 
