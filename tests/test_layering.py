@@ -2,8 +2,9 @@
 
 From the bottom: `common`; then `db`, `config`, `bus`; then the neutral `state` layer; then the
 `orchestrator`; the `manager` (its API and repositories never reach into the orchestrator: the API
-goes through the controllers and hints); the `agent` stands apart; `cli`, `harness` and `devenv`
-sit on top. Every `import` statement counts, also those inside functions.
+goes through the controllers and hints); the `agent` and the app `proxy` stand apart (neither
+touches the database); `cli`, `harness` and `devenv` sit on top. Every `import` statement counts,
+also those inside functions.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "manager.api": ("orchestrator",),
     "manager.repositories": ("orchestrator",),
     "agent": ("db", "state", "orchestrator", "manager", *TOP),
+    "proxy": ("db", "state", "orchestrator", "manager", "agent", *TOP),
 }
 
 
@@ -83,6 +85,8 @@ def test_the_tree_keeps_its_layers() -> None:
         ("manager.repositories.agents", "from ...orchestrator import locks\n"),
         ("common.types", "from sokovan.db.models import Session\n"),
         ("agent.daemon", "from sokovan.state.kernel_writes import KernelTransition\n"),
+        ("proxy.daemon", "from sokovan.db.engine import create_engine\n"),
+        ("proxy.forward", "from sokovan.manager.api.problems import problem_response\n"),
     ],
 )
 def test_a_wrong_import_is_caught(module: str, source: str) -> None:
@@ -96,6 +100,7 @@ def test_a_wrong_import_is_caught(module: str, source: str) -> None:
         ("manager.controller.stages", "from sokovan.orchestrator.provisioner import registry\n"),
         ("manager.daemon", "from sokovan.orchestrator.orchestrator import SokovanOrchestrator\n"),
         ("state.occupancy", "from sokovan.db.models import Kernel\n"),
+        ("proxy.table", "from sokovan.bus.routing import read_table\n"),
     ],
 )
 def test_a_downward_import_is_allowed(module: str, source: str) -> None:

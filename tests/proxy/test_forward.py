@@ -1,0 +1,237 @@
+"""Forwarding through an in-process proxy to real replicas: round robin, retries, errors, streaming."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import aiohttp
+import pytest
+import redis.asyncio as aioredis
+from yarl import URL
+
+from sokovan.common.settings import Settings
+from sokovan.proxy import AppProxy
+from tests.proxy.backends import Backend, dead_endpoint
+from tests.proxy.conftest import applied, eventually, publish, target
+
+StartProxy = Callable[..., Awaitable[AppProxy]]
+Backends = Callable[..., Awaitable[list[Backend]]]
+
+
+async def test_round_robin_across_three_replicas(
+    redis: aioredis.Redis,
+    proxy_settings: Settings,
+    start_proxy: StartProxy,
+    backends: Backends,
+    client: aiohttp.ClientSession,
+) -> None:
+    replicas = await backends("r1", "r2", "r3")
+    proxy = await start_proxy()
+    await applied(proxy, await publish(redis, proxy_settings, {"app": [b.url for b in replicas]}))
+    answers = []
+    for _ in range(9):
+        async with client.get(f"{proxy.url}/app/whoami") as resp:
+            assert resp.status == 200
+            answers.append(await resp.text())
+    assert sorted(answers) == ["r1"] * 3 + ["r2"] * 3 + ["r3"] * 3
+    assert answers[:3] == answers[3:6] == answers[6:]  # a fixed rotation, not a random spread
+
+
+async def test_method_path_query_headers_and_body_cross(
+    redis: aioredis.Redis,
+    proxy_settings: Settings,
+    start_proxy: StartProxy,
+    backends: Backends,
+    client: aiohttp.ClientSession,
+) -> None:
+    (replica,) = await backends("r1")
+    proxy = await start_proxy()
+    await applied(proxy, await publish(redis, proxy_settings, {"app": [replica.url]}))
+
+    async def body() -> AsyncIterator[bytes]:
+        for _ in range(64):
+            yield b"x" * 65536
+
+    headers = {"X-Custom": "yes", "Connection": "keep-alive, X-Hop", "X-Hop": "drop me"}
+    url = URL(f"{proxy.url}/app/echo/a%20b/c?x=1&y=%2F&status=201", encoded=True)
+    async with client.put(url, data=body(), headers=headers) as resp:
+        assert resp.status == 201
+        assert resp.headers.getall("Set-Cookie") == ["a=1", "b=2"]
+        seen = await resp.json()
+    assert seen["method"] == "PUT"
+    assert seen["path"] == "/echo/a%20b/c"
+    assert seen["query"] == "x=1&y=%2F&status=201"
+    assert seen["body_length"] == 64 * 65536
+    sent = {k.lower(): v for k, v in seen["headers"].items()}
+    assert sent["x-custom"] == "yes"
+    assert "x-hop" not in sent
+    assert sent["x-forwarded-for"] == "127.0.0.1"
+    assert sent["x-forwarded-host"] == proxy.url.removeprefix("http://")
+    assert sent["x-forwarded-proto"] == "http"
+    assert sent["x-forwarded-prefix"] == "/app"
+    assert sent["host"] == replica.url.removeprefix("http://")
+
+    async with client.head(f"{proxy.url}/app/whoami") as resp:
+        assert resp.status == 200
+        assert resp.headers["X-Backend"] == "r1"
+
+
+async def test_a_refused_connection_goes_to_the_next_replica(
+    redis: aioredis.Redis,
+    proxy_settings: Settings,
+    start_proxy: StartProxy,
+    backends: Backends,
+    client: aiohttp.ClientSession,
+) -> None:
+    r1, r2 = await backends("r1", "r2")
+    dead = dead_endpoint()
+    proxy = await start_proxy()
+    await applied(proxy, await publish(redis, proxy_settings, {"app": [dead, r1.url, r2.url]}))
+    for _ in range(6):
+        async with client.post(f"{proxy.url}/app/echo/x", data=b"payload") as resp:
+            assert resp.status == 200
+            assert (await resp.json())["body_head"] == "payload"
+    assert r1.hits + r2.hits == 6
+    assert r1.hits >= 2 and r2.hits >= 2
+    assert dead in proxy.balancer.failing  # ejected locally until a probe passes
+
+
+async def test_no_healthy_replica_is_503(
+    redis: aioredis.Redis,
+    proxy_settings: Settings,
+    start_proxy: StartProxy,
+    client: aiohttp.ClientSession,
+) -> None:
+    proxy = await start_proxy()
+    table = await publish(
+        redis,
+        proxy_settings,
+        {"down": [dead_endpoint(), dead_endpoint()]},
+        [target(dead_endpoint(), "starting", interval=60)],
+    )
+    await applied(proxy, table)
+    for name in ("starting", "down"):
+        async with client.get(f"{proxy.url}/{name}/x") as resp:
+            assert resp.status == 503
+            assert resp.content_type == "application/problem+json"
+            problem = await resp.json()
+        assert problem["status"] == 503
+        assert problem["title"] == "No healthy replica"
+        assert set(problem) == {"type", "title", "status", "detail"}
+        assert name in problem["detail"]
+
+
+async def test_unknown_deployment_is_404(
+    redis: aioredis.Redis,
+    proxy_settings: Settings,
+    start_proxy: StartProxy,
+    client: aiohttp.ClientSession,
+) -> None:
+    proxy = await start_proxy()
+    await applied(proxy, await publish(redis, proxy_settings, {"app": [dead_endpoint()]}))
+    for path in ("/nope/x", "/nope", "/"):
+        async with client.get(f"{proxy.url}{path}") as resp:
+            assert resp.status == 404
+            assert resp.content_type == "application/problem+json"
+            assert (await resp.json())["status"] == 404
+
+
+async def test_a_chunked_response_streams_as_it_is_written(
+    redis: aioredis.Redis,
+    proxy_settings: Settings,
+    start_proxy: StartProxy,
+    backends: Backends,
+    client: aiohttp.ClientSession,
+) -> None:
+    (replica,) = await backends("r1")
+    proxy = await start_proxy()
+    await applied(proxy, await publish(redis, proxy_settings, {"app": [replica.url]}))
+    async with client.get(f"{proxy.url}/app/stream") as resp:
+        assert resp.status == 200
+        assert resp.content_type == "text/event-stream"
+        # The replica holds the second event back until told: the first must arrive on its own.
+        first = await asyncio.wait_for(resp.content.readuntil(b"\n\n"), 5)
+        assert first == b"data: first\n\n"
+        replica.release_stream.set()
+        assert await asyncio.wait_for(resp.content.read(), 5) == b"data: second\n\n"
+
+
+async def test_a_replica_breaking_off_mid_response_is_visible(
+    redis: aioredis.Redis,
+    proxy_settings: Settings,
+    start_proxy: StartProxy,
+    backends: Backends,
+    client: aiohttp.ClientSession,
+) -> None:
+    (replica,) = await backends("r1")
+    proxy = await start_proxy()
+    await applied(proxy, await publish(redis, proxy_settings, {"app": [replica.url]}))
+    async with client.get(f"{proxy.url}/app/broken") as resp:
+        assert resp.status == 200
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await resp.read()
+
+
+async def test_a_replica_whose_own_probe_fails_is_skipped(
+    redis: aioredis.Redis,
+    proxy_settings: Settings,
+    start_proxy: StartProxy,
+    backends: Backends,
+    client: aiohttp.ClientSession,
+) -> None:
+    good, sick = await backends("good", "sick")
+    sick.health_status = 503
+    proxy = await start_proxy()
+    # The table still lists both (the manager has not judged yet); the proxy's own probe knows better.
+    table = await publish(
+        redis, proxy_settings, {"app": [good.url, sick.url]}, [target(good.url), target(sick.url)]
+    )
+    await applied(proxy, table)
+
+    async def sick_probed() -> bool:
+        return sick.url in proxy.balancer.failing
+
+    await eventually(sick_probed)
+    for _ in range(4):
+        async with client.get(f"{proxy.url}/app/whoami") as resp:
+            assert await resp.text() == "good"
+    # With every replica failing its probe, traffic still goes somewhere rather than nowhere.
+    good.health_status = 500
+
+    async def both_failing() -> bool:
+        return {good.url, sick.url} <= proxy.balancer.failing
+
+    await eventually(both_failing)
+    seen = set()
+    for _ in range(4):
+        async with client.get(f"{proxy.url}/app/whoami") as resp:
+            seen.add(await resp.text())
+    assert seen == {"good", "sick"}
+
+
+async def test_healthz_and_metrics(
+    redis: aioredis.Redis,
+    proxy_settings: Settings,
+    start_proxy: StartProxy,
+    backends: Backends,
+    client: aiohttp.ClientSession,
+) -> None:
+    r1, r2 = await backends("r1", "r2")
+    proxy = await start_proxy()
+    async with client.get(f"{proxy.url}/healthz") as resp:
+        assert resp.status == 200
+        assert (await resp.json())["routes"] == 0
+    table = await publish(redis, proxy_settings, {"app": [r1.url, r2.url]}, [target(r1.url)])
+    await applied(proxy, table)
+    async with client.get(f"{proxy.url}/healthz") as resp:
+        health = await resp.json()
+    assert health["ok"] is True
+    assert health["routes"] == 2
+    assert health["probes"] == 1
+    async with client.get(f"{proxy.url}/app/whoami") as resp:
+        assert resp.status == 200
+    async with client.get(f"{proxy.url}/metrics") as resp:
+        text = await resp.text()
+    assert 'sokovan_proxy_requests_total{deployment="app",outcome="forwarded"}' in text
+    assert "sokovan_proxy_probes_total" in text
