@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from sokovan.bus.routing import RoutingBus
 from sokovan.common.types import EndpointLifecycle, HandlerOutcome, RouteStatus
 from sokovan.db.models import Deployment, DeploymentHistory, Route, RouteHistory
 from sokovan.orchestrator.deployment.coordinator import DeploymentCoordinator
@@ -72,7 +73,7 @@ class _NoReplicas:
 def _real_handlers() -> dict[str, OutcomeHandler[Any, Any]]:
     from sokovan.orchestrator.orchestrator import Serving
 
-    serving = Serving(aioredis.Redis(), "unused", "unused", _NoReplicas())
+    serving = Serving(RoutingBus(aioredis.Redis(), "unused", "unused"), _NoReplicas())
     found: dict[str, OutcomeHandler[Any, Any]] = {}
     for lane in [*deployment_lanes(None, None).values(), *route_lanes(None, serving).values()]:  # type: ignore[arg-type]
         found.update({h.name: h for h in lane})
@@ -130,7 +131,9 @@ async def _route(engine: AsyncEngine, deployment_id: uuid.UUID, status: R) -> uu
     rid = uuid.uuid4()
     async with engine.begin() as conn:
         await conn.execute(
-            insert(Route).values(id=rid, deployment_id=deployment_id, status=status.value, endpoint="http://x")
+            insert(Route).values(
+                id=rid, deployment_id=deployment_id, status=status.value, endpoint="http://x"
+            )
         )
     return rid
 
@@ -154,9 +157,9 @@ async def test_each_deployment_outcome_lands_where_the_table_says(
         status = (await conn.execute(select(Deployment.status).where(Deployment.id == did))).scalar_one()
         history = (
             await conn.execute(
-                select(DeploymentHistory.handler, DeploymentHistory.result, DeploymentHistory.to_status).where(
-                    DeploymentHistory.deployment_id == did
-                )
+                select(
+                    DeploymentHistory.handler, DeploymentHistory.result, DeploymentHistory.to_status
+                ).where(DeploymentHistory.deployment_id == did)
             )
         ).all()
     assert status == want.value

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -59,6 +60,15 @@ class HealthReport(BaseModel):
     last_checked_at: float  # epoch seconds
     last_status: str  # "200", "503", "timeout", "connection refused", ...
     ok: bool
+
+
+@dataclass(frozen=True)
+class RoutingBus:
+    """Where the routing table and health reports live, and the secret that signs them."""
+
+    redis: aioredis.Redis
+    prefix: str
+    secret: str
 
 
 def table_key(prefix: str) -> str:

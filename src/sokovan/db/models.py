@@ -210,17 +210,22 @@ class SessionDependency(Base):
     )
 
 
-class SessionSchedulingHistory(Base):
-    __tablename__ = "session_scheduling_history"
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    session_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False, index=True
-    )
+class HandlerRun:
+    """The columns every history table shares: which handler ran, its outcome, from → to."""
+
     handler: Mapped[str] = mapped_column(String(64), nullable=False)
     result: Mapped[str] = mapped_column(String(16), nullable=False)
     from_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
     to_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class SessionSchedulingHistory(HandlerRun, Base):
+    __tablename__ = "session_scheduling_history"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    session_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False, index=True
+    )
     attempt: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     created_at: Mapped[dt.datetime] = created_at_column()
     # Set when later runs with the same handler, outcome and statuses were merged into this row.
@@ -312,29 +317,19 @@ class Route(Base):
     terminated_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
 
 
-class DeploymentHistory(Base):
+class DeploymentHistory(HandlerRun, Base):
     __tablename__ = "deployment_history"
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     deployment_id: Mapped[uuid.UUID] = mapped_column(
         ForeignKey("deployments.id", ondelete="CASCADE"), nullable=False, index=True
     )
-    handler: Mapped[str] = mapped_column(String(64), nullable=False)
-    result: Mapped[str] = mapped_column(String(16), nullable=False)
-    from_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    to_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    message: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[dt.datetime] = created_at_column()
 
 
-class RouteHistory(Base):
+class RouteHistory(HandlerRun, Base):
     __tablename__ = "route_history"
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     route_id: Mapped[uuid.UUID] = mapped_column(
         ForeignKey("routes.id", ondelete="CASCADE"), nullable=False, index=True
     )
-    handler: Mapped[str] = mapped_column(String(64), nullable=False)
-    result: Mapped[str] = mapped_column(String(16), nullable=False)
-    from_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    to_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    message: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[dt.datetime] = created_at_column()

@@ -17,6 +17,7 @@ import structlog
 from aiohttp import web
 
 from sokovan.bus.hints import Hint, HintPublisher, listen_hints
+from sokovan.bus.routing import RoutingBus
 from sokovan.bus.streams import EventConsumer, consumer_backlog
 from sokovan.bus.user_events import UserEventPublisher
 from sokovan.common.rpc import AgentRPCClient
@@ -59,7 +60,7 @@ async def run_manager(
         config,
         events,
         backlog=functools.partial(consumer_backlog, redis, settings.etcd_prefix),
-        serving=Serving(redis, settings.etcd_prefix, settings.cluster_secret, replicas),
+        serving=Serving(RoutingBus(redis, settings.etcd_prefix, settings.cluster_secret), replicas),
     )
     consumer = EventConsumer(
         redis,

@@ -56,7 +56,7 @@ class InferenceHook:
         return None
 
     def kernel_environ(self, session: SessionWithKernels) -> dict[str, str]:
-        return {"SOKOVAN_SESSION_TYPE": "inference", "SOKOVAN_SERVICE_PORT": "8000"}
+        return {"SOKOVAN_SESSION_TYPE": "inference"}  # its port comes from the agent, as PORT
 
 
 HOOKS: dict[str, SessionHook] = {

@@ -14,10 +14,10 @@ import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import redis.asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.bus.hints import Hint
+from sokovan.bus.routing import RoutingBus
 from sokovan.bus.user_events import UserEventPublisher
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.config.cluster import ClusterConfig
@@ -85,9 +85,7 @@ class Serving:
     """What the deployment and route coordinators need besides the database: the bus the routing
     table and health reports travel on, and a way to create and end replica sessions."""
 
-    redis: aioredis.Redis
-    prefix: str
-    secret: str
+    bus: RoutingBus
     replicas: ReplicaSessions
 
 
@@ -106,15 +104,14 @@ def deployment_lanes(
 
 
 def route_lanes(engine: AsyncEngine, serving: Serving) -> dict[str, list[RouteHandler]]:
-    bus = (serving.redis, serving.prefix)
     return {
         "routes": [
             ProvisioningRoute(engine, serving.replicas),
-            HealthCheckRoute(engine, *bus, serving.secret),
+            HealthCheckRoute(engine, serving.bus),
             RouteEviction(),
             RunningRoute(),
-            TerminatingRoute(serving.replicas, *bus),
-            ServiceDiscoverySync(engine, *bus, serving.secret),
+            TerminatingRoute(serving.replicas, serving.bus),
+            ServiceDiscoverySync(engine, serving.bus),
         ]
     }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from sokovan.common.types import FailureCause, KernelStatus, SchedulingResult, SessionResult, SessionStatus
 from sokovan.config.cluster import ClusterConfig
@@ -34,22 +35,8 @@ def judge(
     out: list[SessionTransition] = []
     kernel_guard = handler.kernels.statuses if handler.kernels else KernelStatus.non_terminal()
 
-    def add(
-        sid: uuid.UUID,
-        res: SchedulingResult,
-        to: TransitionStatus | None,
-        *,
-        message: str | None = None,
-        info: SessionStatusInfo | None = None,
-        bump: bool = False,
-        kernel_expected: frozenset[KernelStatus] | None = None,
-    ) -> None:
-        out.append(
-            transition(
-                handler, by_id[sid], res, to, message=message, info=info, bump=bump,
-                kernel_expected=kernel_expected,
-            )
-        )  # fmt: skip
+    def add(sid: uuid.UUID, res: SchedulingResult, to: TransitionStatus | None, **kw: Any) -> None:
+        out.append(transition(handler, by_id[sid], res, to, **kw))
 
     for sid in result.successes:
         add(sid, SchedulingResult.SUCCESS, table.success, kernel_expected=kernel_guard,

@@ -12,11 +12,10 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
 from sqlalchemy import bindparam, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from sokovan.bus.routing import HealthCheck, HealthReport, read_reports
+from sokovan.bus.routing import HealthCheck, HealthReport, RoutingBus, read_reports
 from sokovan.db.models import Route
 from sokovan.orchestrator.route.handler import R, RouteHandler, RouteTransitions
 from sokovan.orchestrator.spine.outcome import OutcomeResult
@@ -29,15 +28,15 @@ class HealthCheckRoute(RouteHandler):
     targets = frozenset({R.HEALTHY, R.UNHEALTHY, R.DEGRADED})
     transitions = RouteTransitions(success=R.HEALTHY, failure=R.UNHEALTHY, stale=R.DEGRADED)
 
-    def __init__(self, engine: AsyncEngine, redis: aioredis.Redis, prefix: str, secret: str) -> None:
+    def __init__(self, engine: AsyncEngine, bus: RoutingBus) -> None:
         self._engine = engine
-        self._redis = redis
-        self._prefix = prefix
-        self._secret = secret
+        self._bus = bus
 
     async def execute(self, rows: Sequence[RouteRow]) -> OutcomeResult:
         result = OutcomeResult()
-        reports = await read_reports(self._redis, self._prefix, self._secret, [r.id for r in rows])
+        reports = await read_reports(
+            self._bus.redis, self._bus.prefix, self._bus.secret, [r.id for r in rows]
+        )
         now = dt.datetime.now(dt.UTC).timestamp()
         health_rows: list[dict[str, Any]] = []
         for route in rows:

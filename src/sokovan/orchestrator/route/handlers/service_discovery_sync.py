@@ -10,11 +10,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-import redis.asyncio as aioredis
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from sokovan.bus.routing import HealthCheck, ProbeTarget, RoutingTable, publish_table
+from sokovan.bus.routing import HealthCheck, ProbeTarget, RoutingBus, RoutingTable, publish_table
 from sokovan.common.metrics import ROUTE_REPLICAS
 from sokovan.db.models import Route
 from sokovan.orchestrator.route.handler import R, RouteHandler, RouteTransitions
@@ -28,11 +27,9 @@ class ServiceDiscoverySync(RouteHandler):
     transitions = RouteTransitions(success=None, failure=None)
     always_runs = True
 
-    def __init__(self, engine: AsyncEngine, redis: aioredis.Redis, prefix: str, secret: str) -> None:
+    def __init__(self, engine: AsyncEngine, bus: RoutingBus) -> None:
         self._engine = engine
-        self._redis = redis
-        self._prefix = prefix
-        self._secret = secret
+        self._bus = bus
 
     async def execute(self, rows: Sequence[RouteRow]) -> OutcomeResult:
         table = RoutingTable(generated_at=time.time())
@@ -50,7 +47,7 @@ class ServiceDiscoverySync(RouteHandler):
                     since=route.created_at.timestamp(),
                 )
             )
-        await publish_table(self._redis, self._prefix, self._secret, table)
+        await publish_table(self._bus.redis, self._bus.prefix, self._bus.secret, table)
         await self._count()
         return OutcomeResult()
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import redis.asyncio as aioredis
-
-from sokovan.bus.routing import forget_reports
+from sokovan.bus.routing import RoutingBus, forget_reports
 from sokovan.common.types import SessionStatus
 from sokovan.orchestrator.deployment.replicas import ReplicaSessions
 from sokovan.orchestrator.route.handler import R, RouteHandler, RouteTransitions
@@ -18,10 +16,9 @@ class TerminatingRoute(RouteHandler):
     targets = frozenset({R.TERMINATING})
     transitions = RouteTransitions(success=R.TERMINATED, failure=None)
 
-    def __init__(self, replicas: ReplicaSessions, redis: aioredis.Redis, prefix: str) -> None:
+    def __init__(self, replicas: ReplicaSessions, bus: RoutingBus) -> None:
         self._replicas = replicas
-        self._redis = redis
-        self._prefix = prefix
+        self._bus = bus
 
     async def execute(self, rows: Sequence[RouteRow]) -> OutcomeResult:
         result = OutcomeResult()
@@ -36,5 +33,5 @@ class TerminatingRoute(RouteHandler):
                     result.failures[route.id] = f"terminating its session failed: {exc!r}"
                     continue
             result.skipped[route.id] = "waiting for its session to end"
-        await forget_reports(self._redis, self._prefix, list(result.successes))
+        await forget_reports(self._bus.redis, self._bus.prefix, list(result.successes))
         return result
