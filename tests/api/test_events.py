@@ -206,7 +206,7 @@ async def test_openapi_documents_the_stream(api: Api) -> None:
     assert op["responses"]["200"]["content"]["text/event-stream"]["schema"] == {
         "$ref": "#/components/schemas/UserEvent"
     }
-    assert [p["name"] for p in op["parameters"]] == ["session_id"]
+    assert [p["name"] for p in op["parameters"]] == ["session_id", "deployment_id"]
     assert op["security"] == [{"bearer": []}]
     schema = doc["components"]["schemas"]["UserEvent"]
     assert {"name", "at", "session_id", "from", "to"} <= schema["properties"].keys()

@@ -12,6 +12,7 @@ from sokovan.config.cluster import ClusterConfig
 from sokovan.manager.api import (
     agents,
     config,
+    deployments,
     events,
     health,
     keypairs,
@@ -21,11 +22,11 @@ from sokovan.manager.api import (
     sessions,
 )
 from sokovan.manager.api.auth import CTX_KEY, auth_middleware
-from sokovan.manager.api.common import CONTROLLER_KEY
+from sokovan.manager.api.common import CONTROLLER_KEY, DEPLOYMENTS_KEY
 from sokovan.manager.api.openapi import Route, build_document
 from sokovan.manager.api.problems import problem_middleware
 from sokovan.manager.context import ManagerContext
-from sokovan.manager.controller import SchedulingController
+from sokovan.manager.controller import DeploymentController, SchedulingController
 
 OPENAPI_KEY = web.AppKey("openapi", dict[str, Any])
 
@@ -38,6 +39,7 @@ def all_routes() -> list[Route]:
     own = Route("GET", "/v2/openapi.json", openapi_json, "This document", {200: None}, auth=False)
     return [
         *sessions.ROUTES,
+        *deployments.ROUTES,
         *keypairs.ROUTES,
         *policies.ROUTES,
         *scaling_groups.ROUTES,
@@ -64,6 +66,7 @@ def create_app(ctx: ManagerContext, cluster_config: ClusterConfig | None = None)
     app[CTX_KEY] = ctx
     config.setup(app, cluster_config)
     app[CONTROLLER_KEY] = SchedulingController(ctx, app[config.CLUSTER_CONFIG_KEY])
+    app[DEPLOYMENTS_KEY] = DeploymentController(ctx)
     events.setup(app)
     routes = all_routes()
     app[OPENAPI_KEY] = build_document(routes, _version())

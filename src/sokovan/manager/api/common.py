@@ -9,9 +9,10 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from sokovan.manager.api.problems import Problem
-from sokovan.manager.controller import SchedulingController
+from sokovan.manager.controller import DeploymentController, SchedulingController
 
 CONTROLLER_KEY = web.AppKey("scheduling_controller", SchedulingController)
+DEPLOYMENTS_KEY = web.AppKey("deployment_controller", DeploymentController)
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -25,19 +26,19 @@ def json_response(model: BaseModel, status: int = 200, *, exclude_none: bool = F
     )
 
 
-def path_uuid(request: web.Request, name: str = "id") -> uuid.UUID:
+def path_uuid(request: web.Request, name: str = "id", what: str = "session") -> uuid.UUID:
     """A malformed id names nothing: 404, like an id that does not exist."""
     raw = request.match_info[name]
     try:
         return uuid.UUID(raw)
     except ValueError as exc:
-        raise Problem(404, "Not found", f"no session {raw!r}", slug="not-found") from exc
+        raise Problem(404, "Not found", f"no {what} {raw!r}", slug="not-found") from exc
 
 
-def query_limit(request: web.Request) -> int:
+def query_limit(request: web.Request, default: int = DEFAULT_LIMIT) -> int:
     raw = request.query.get("limit")
     if raw is None:
-        return DEFAULT_LIMIT
+        return default
     try:
         limit = int(raw)
     except ValueError as exc:

@@ -1,8 +1,9 @@
 """`GET /v2/events`: the user events of `sokovan.bus.user_events` as server-sent events.
 
 Each connection subscribes to the Redis channel `<prefix>:user-events` for its lifetime and
-forwards the events its caller may see (an admin all, a user those of its own sessions),
-optionally only those of one session (`?session_id=`). The subscription is confirmed by Redis
+forwards the events its caller may see (an admin all, a user those of its own sessions and
+deployments), optionally only those of one session (`?session_id=`) or one deployment and its
+routes (`?deployment_id=`). The subscription is confirmed by Redis
 before the response headers go out, so a client that has the headers misses nothing published
 afterwards. A comment line every `KEEPALIVE_INTERVAL` seconds keeps proxies from closing an idle
 stream; a client that goes away, or the server shutting down, ends the subscription.
@@ -14,6 +15,7 @@ import asyncio
 import time
 import uuid
 import weakref
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -54,27 +56,45 @@ async def _close_streams(app: web.Application) -> None:
         await asyncio.wait(tasks, timeout=LIVENESS_INTERVAL * 3)
 
 
-def _session_filter(request: web.Request) -> str | None:
-    raw = request.query.get("session_id")
+@dataclass(frozen=True)
+class EventFilter:
+    """`?session_id=` / `?deployment_id=`: only the events naming that session / deployment."""
+
+    session_id: str | None = None
+    deployment_id: str | None = None
+
+
+def _uuid_query(request: web.Request, name: str) -> str | None:
+    raw = request.query.get(name)
     if raw is None or raw == "":
         return None
     try:
         return str(uuid.UUID(raw))
     except ValueError as exc:
-        raise Problem(400, "Bad query parameter", f"session_id must be a UUID, got {raw!r}") from exc
+        raise Problem(400, "Bad query parameter", f"{name} must be a UUID, got {raw!r}") from exc
 
 
-def visible(event: UserEvent, principal: Principal, session_id: str | None) -> bool:
-    if not principal.is_admin and event.owner != str(principal.user_id):
-        return False
-    if session_id is None:
+def _event_filter(request: web.Request) -> EventFilter:
+    return EventFilter(_uuid_query(request, "session_id"), _uuid_query(request, "deployment_id"))
+
+
+def _same_id(value: str | None, wanted: str | None) -> bool:
+    if wanted is None:
         return True
-    if event.session_id is None:
+    if value is None:
         return False
     try:
-        return str(uuid.UUID(event.session_id)) == session_id
+        return str(uuid.UUID(value)) == wanted
     except ValueError:
         return False
+
+
+def visible(event: UserEvent, principal: Principal, flt: EventFilter) -> bool:
+    """An admin sees every event, a user those it owns (its sessions, its deployments and their
+    routes); then the filters apply."""
+    if not principal.is_admin and event.owner != str(principal.user_id):
+        return False
+    return _same_id(event.session_id, flt.session_id) and _same_id(event.deployment_id, flt.deployment_id)
 
 
 def _client_gone(request: web.Request) -> bool:
@@ -84,7 +104,7 @@ def _client_gone(request: web.Request) -> bool:
 
 async def stream_events(request: web.Request) -> web.StreamResponse:
     principal = principal_of(request)
-    session_id = _session_filter(request)
+    flt = _event_filter(request)
     ctx = request.app[CTX_KEY]
     closing = request.app[STREAMS_CLOSING_KEY]
     task = asyncio.current_task()
@@ -104,7 +124,7 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
         )
         await response.prepare(request)
         await response.write(b": connected\n\n")  # sends the headers now
-        await _pump(request, response, pubsub, principal, session_id, closing)
+        await _pump(request, response, pubsub, principal, flt, closing)
         return response
     finally:
         await _release(pubsub, channel)
@@ -125,7 +145,7 @@ async def _pump(
     response: web.StreamResponse,
     pubsub: PubSub,
     principal: Principal,
-    session_id: str | None,
+    flt: EventFilter,
     closing: asyncio.Event,
 ) -> None:
     next_keepalive = time.monotonic() + KEEPALIVE_INTERVAL
@@ -135,7 +155,7 @@ async def _pump(
             message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=wait)
             if message is not None and message.get("type") == "message":
                 event = _parse(message.get("data"))
-                if event is not None and visible(event, principal, session_id):
+                if event is not None and visible(event, principal, flt):
                     await response.write(f"event: {event.name}\ndata: {event.wire()}\n\n".encode())
             if time.monotonic() >= next_keepalive:
                 await response.write(b": keep-alive\n\n")
@@ -173,14 +193,20 @@ ROUTES = [
         "/v2/events",
         stream_events,
         "Server-sent events: session, kernel, agent, retry, deployment and route transitions the "
-        "caller may see (its own sessions; an admin all). Each message has `event: <name>` and "
-        "`data: <UserEvent JSON>`; a `: keep-alive` comment comes every 15 s",
+        "caller may see (its own sessions and deployments; an admin all). Each message has "
+        "`event: <name>` and `data: <UserEvent JSON>`; a `: keep-alive` comment comes every 15 s",
         {200: UserEvent},
         params=(
             Param(
                 "session_id",
                 "query",
                 "only the events of this session",
+                {"type": "string", "format": "uuid"},
+            ),
+            Param(
+                "deployment_id",
+                "query",
+                "only the events of this deployment and its routes",
                 {"type": "string", "format": "uuid"},
             ),
         ),

@@ -56,3 +56,20 @@ class TooManyPending(ControllerError):
     status = 429
     slug = "too-many-pending-sessions"
     title = "Too many pending sessions"
+
+
+class ValidationFailed(ControllerError):
+    """A field is wrong in a way only its neighbours tell (e.g. a deployment type without its model);
+    `errors` names the field, as pydantic's field errors do."""
+
+    status = 422
+    slug = "validation-failed"
+    title = "Validation failed"
+
+
+class Conflict(ControllerError):
+    """The request clashes with the current state: a live name taken, a deployment being destroyed."""
+
+    status = 409
+    slug = "conflict"
+    title = "Conflict"

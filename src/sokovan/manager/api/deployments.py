@@ -1,0 +1,286 @@
+"""`/v2/deployments` and `/v2/routes`: create (or dry-run), read, list, scale and destroy
+deployments; list their routes; both histories.
+
+Writes go through the `DeploymentController`; reads through `repositories.deployments_read`. A
+deployment's `endpoint` comes from the app proxies registered on Redis: a Redis that does not
+answer costs the endpoint (null), never the request.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import structlog
+from aiohttp import web
+
+from sokovan.bus.routing import proxy_urls
+from sokovan.common.types import EndpointLifecycle, RouteStatus
+from sokovan.manager.api.auth import CTX_KEY, principal_of
+from sokovan.manager.api.common import (
+    DEPLOYMENTS_KEY,
+    MAX_LIMIT,
+    json_response,
+    path_uuid,
+    query_bool,
+    query_csv,
+    query_limit,
+)
+from sokovan.manager.api.deployment_schemas import (
+    DeploymentDefinition,
+    DeploymentDryRunResponse,
+    DeploymentList,
+    DeploymentOut,
+    HandlerRun,
+    HandlerRunList,
+    RouteList,
+    RouteOut,
+)
+from sokovan.manager.api.openapi import Param, Route
+from sokovan.manager.api.problems import Problem, parse_body
+from sokovan.manager.controller.deployment_spec import DeploymentCreateRequest, DeploymentScaleRequest
+from sokovan.manager.repositories import deployments_read
+from sokovan.manager.repositories.tenancy import Principal
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_LIMIT = 100
+
+
+def _id(request: web.Request, what: str = "deployment") -> uuid.UUID:
+    return path_uuid(request, what=what)
+
+
+def _not_found(what: str, ident: uuid.UUID) -> Problem:
+    return Problem(404, "Not found", f"{what} {ident} not found", slug="not-found")
+
+
+def _limit(request: web.Request) -> int:
+    return query_limit(request, DEFAULT_LIMIT)
+
+
+def _statuses(request: web.Request, allowed: type[EndpointLifecycle] | type[RouteStatus]) -> list[str]:
+    statuses = [s.upper() for s in query_csv(request, "status")]
+    bad = [s for s in statuses if s not in allowed.__members__]
+    if bad:
+        raise Problem(400, "Bad query parameter", f"unknown status: {', '.join(bad)}")
+    return statuses
+
+
+async def _proxy_url(request: web.Request) -> str | None:
+    ctx = request.app[CTX_KEY]
+    if not ctx.settings.cluster_secret:
+        return None
+    try:
+        urls = await proxy_urls(ctx.redis, ctx.settings.etcd_prefix, ctx.settings.cluster_secret)
+    except Exception as exc:
+        log.warning("could not read the app proxies", error=repr(exc))
+        return None
+    return urls[0] if urls else None
+
+
+async def _deployment_or_404(
+    request: web.Request, deployment_id: uuid.UUID, principal: Principal
+) -> DeploymentOut:
+    proxy = await _proxy_url(request)
+    async with request.app[CTX_KEY].engine.connect() as conn:
+        view = await deployments_read.get_deployment(conn, deployment_id, principal, proxy)
+    if view is None:
+        raise _not_found("deployment", deployment_id)
+    return DeploymentOut.model_validate(view)
+
+
+async def create_deployment(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    dry_run = query_bool(request, "dry_run")
+    spec = await parse_body(request, DeploymentCreateRequest)
+    controller = request.app[DEPLOYMENTS_KEY]
+    if dry_run:
+        definition = await controller.dry_run(principal, spec)
+        return json_response(
+            DeploymentDryRunResponse(definition=DeploymentDefinition.model_validate(definition))
+        )
+    deployment_id = await controller.create(principal, spec)
+    return json_response(await _deployment_or_404(request, deployment_id, principal), 201)
+
+
+async def get_deployment(request: web.Request) -> web.Response:
+    return json_response(await _deployment_or_404(request, _id(request), principal_of(request)))
+
+
+async def list_deployments(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    statuses = _statuses(request, EndpointLifecycle)
+    owner = request.query.get("owner") or None
+    if owner is not None and not principal.is_admin and owner != principal.user_name:
+        raise Problem(403, "Forbidden", "only admins may list other users' deployments")
+    flt = deployments_read.DeploymentFilter(statuses=statuses, owner=owner)
+    proxy = await _proxy_url(request)
+    async with request.app[CTX_KEY].engine.connect() as conn:
+        try:
+            items, cursor = await deployments_read.list_deployments(
+                conn, principal, flt, _limit(request), request.query.get("cursor") or None, proxy
+            )
+        except ValueError as exc:
+            raise Problem(400, "Bad query parameter", f"cursor: {exc}") from exc
+    return json_response(
+        DeploymentList(items=[DeploymentOut.model_validate(i) for i in items], next_cursor=cursor)
+    )
+
+
+async def scale_deployment(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    deployment_id = _id(request)
+    body = await parse_body(request, DeploymentScaleRequest)
+    await request.app[DEPLOYMENTS_KEY].scale(principal, deployment_id, body.replicas)
+    return json_response(await _deployment_or_404(request, deployment_id, principal))
+
+
+async def destroy_deployment(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    deployment_id = _id(request)
+    await request.app[DEPLOYMENTS_KEY].destroy(principal, deployment_id)
+    return json_response(await _deployment_or_404(request, deployment_id, principal), 202)
+
+
+async def deployment_routes(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    deployment_id = _id(request)
+    statuses = _statuses(request, RouteStatus)
+    async with request.app[CTX_KEY].engine.connect() as conn:
+        if not await deployments_read.deployment_is_visible(conn, deployment_id, principal):
+            raise _not_found("deployment", deployment_id)
+        try:
+            items, cursor = await deployments_read.list_routes(
+                conn, deployment_id, statuses, _limit(request), request.query.get("cursor") or None
+            )
+        except ValueError as exc:
+            raise Problem(400, "Bad query parameter", f"cursor: {exc}") from exc
+    return json_response(RouteList(items=[RouteOut.model_validate(i) for i in items], next_cursor=cursor))
+
+
+async def deployment_history(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    deployment_id = _id(request)
+    async with request.app[CTX_KEY].engine.connect() as conn:
+        if not await deployments_read.deployment_is_visible(conn, deployment_id, principal):
+            raise _not_found("deployment", deployment_id)
+        try:
+            items, cursor = await deployments_read.list_deployment_history(
+                conn, deployment_id, _limit(request), request.query.get("cursor") or None
+            )
+        except ValueError as exc:
+            raise Problem(400, "Bad query parameter", f"cursor: {exc}") from exc
+    return json_response(
+        HandlerRunList(items=[HandlerRun.model_validate(i) for i in items], next_cursor=cursor)
+    )
+
+
+async def route_history(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    route_id = _id(request, "route")
+    async with request.app[CTX_KEY].engine.connect() as conn:
+        if not await deployments_read.route_is_visible(conn, route_id, principal):
+            raise _not_found("route", route_id)
+        try:
+            items, cursor = await deployments_read.list_route_history(
+                conn, route_id, _limit(request), request.query.get("cursor") or None
+            )
+        except ValueError as exc:
+            raise Problem(400, "Bad query parameter", f"cursor: {exc}") from exc
+    return json_response(
+        HandlerRunList(items=[HandlerRun.model_validate(i) for i in items], next_cursor=cursor)
+    )
+
+
+DEPLOYMENT_ID = Param("id", "path", "deployment id (UUID)", {"type": "string", "format": "uuid"}, True)
+ROUTE_ID = Param("id", "path", "route id (UUID)", {"type": "string", "format": "uuid"}, True)
+_PAGING = (
+    Param(
+        "limit",
+        "query",
+        f"page size, 1-{MAX_LIMIT} (default {DEFAULT_LIMIT})",
+        {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
+    ),
+    Param("cursor", "query", "next_cursor of the previous page"),
+)
+
+ROUTES = [
+    Route(
+        "POST",
+        "/v2/deployments",
+        create_deployment,
+        "Create a deployment (PENDING); with dry_run=true, run the same checks and answer the "
+        "definition its type's generator makes, writing nothing",
+        {201: DeploymentOut, 200: DeploymentDryRunResponse, 409: None},
+        request=DeploymentCreateRequest,
+        params=(
+            Param(
+                "dry_run",
+                "query",
+                "validate and answer the generated definition; write nothing",
+                {"type": "boolean"},
+            ),
+        ),
+    ),
+    Route(
+        "GET",
+        "/v2/deployments",
+        list_deployments,
+        "List deployments, newest first",
+        {200: DeploymentList},
+        params=(
+            Param("status", "query", "comma-separated statuses (EndpointLifecycle)"),
+            Param("owner", "query", "user name (admins only)"),
+            *_PAGING,
+        ),
+    ),
+    Route(
+        "GET",
+        "/v2/deployments/{id}",
+        get_deployment,
+        "Read one deployment",
+        {200: DeploymentOut},
+        params=(DEPLOYMENT_ID,),
+    ),
+    Route(
+        "PATCH",
+        "/v2/deployments/{id}",
+        scale_deployment,
+        "Scale: set the target number of replicas (409 once it is being destroyed)",
+        {200: DeploymentOut, 409: None},
+        request=DeploymentScaleRequest,
+        params=(DEPLOYMENT_ID,),
+    ),
+    Route(
+        "DELETE",
+        "/v2/deployments/{id}",
+        destroy_deployment,
+        "Destroy: DESTROYING, then DESTROYED once every replica is gone (idempotent)",
+        {202: DeploymentOut},
+        params=(DEPLOYMENT_ID,),
+    ),
+    Route(
+        "GET",
+        "/v2/deployments/{id}/routes",
+        deployment_routes,
+        "The deployment's routes (one per replica), oldest first",
+        {200: RouteList},
+        params=(DEPLOYMENT_ID, Param("status", "query", "comma-separated statuses (RouteStatus)"), *_PAGING),
+    ),
+    Route(
+        "GET",
+        "/v2/deployments/{id}/history",
+        deployment_history,
+        "Every handler run that touched the deployment, oldest first",
+        {200: HandlerRunList},
+        params=(DEPLOYMENT_ID, *_PAGING),
+    ),
+    Route(
+        "GET",
+        "/v2/routes/{id}/history",
+        route_history,
+        "Every handler run that touched the route, oldest first",
+        {200: HandlerRunList},
+        params=(ROUTE_ID, *_PAGING),
+    ),
+]
