@@ -44,10 +44,12 @@ class TableFollower:
         self._backoff = backoff or Backoff()
         self._ignored_logged = False
         self.last_generated_at: float | None = None
+        self.reads = 0  # reads that reached Redis, whatever they found
 
     async def refresh(self) -> None:
         """Read the table once and apply it if it verifies (raises RedisError/OSError)."""
         table = await read_table(self._redis, self._prefix, self._secret)
+        self.reads += 1
         if table is None:
             if not self._ignored_logged:
                 # Absent, or present but not signed with our secret: either way keep the last table.
