@@ -2,54 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
+from sokovan.harness import truncate_tables
 from tests.e2e.cluster import Client, Cluster
+
+SLOTS = "cpu=2,mem=2g"
 
 
 @pytest.fixture(scope="module")
 def cluster(
     service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory, db_url: str
 ) -> Iterator[Cluster]:
-    import asyncio
-
-    from sqlalchemy import text
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    from sokovan.db.models import Base
-
-    async def truncate() -> None:
-        engine = create_async_engine(db_url)
-        tables = ", ".join(f'"{t.name}"' for t in Base.metadata.sorted_tables)
-        async with engine.begin() as conn:
-            await conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
-        await engine.dispose()
-
-    asyncio.run(truncate())
+    asyncio.run(truncate_tables(db_url))
     workdir: Path = tmp_path_factory.mktemp("cluster")
     c = Cluster(service_env, workdir)
-
-    async def registered() -> int:
-        from sqlalchemy import func, select
-
-        from sokovan.db.models import Agent
-
-        engine = create_async_engine(db_url)
-        async with engine.connect() as conn:
-            n = await conn.scalar(select(func.count()).select_from(Agent))
-        await engine.dispose()
-        return int(n or 0)
-
     try:  # from the first process on: a failed start must not leave daemons behind
         c.bootstrap()
         c.start_manager()
-        c.start_agent("e2e-agent-1")
-        c.start_agent("e2e-agent-2")
-        c._wait(lambda: asyncio.run(registered()) == 2, "both agents to register")
+        c.start_agent("e2e-agent-1", SLOTS)
+        c.start_agent("e2e-agent-2", SLOTS)
+        asyncio.run(c.wait_ready(2))
         yield c
     finally:
         c.stop()

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import subprocess
-import sys
 
 import aiohttp
 
-from tests.e2e.cluster import SOKOVAN, Client, Cluster, free_port
+from sokovan.harness import SOKOVAN, ManagerProc
+from tests.e2e.cluster import Client, Cluster
 from tests.e2e.test_retry import chain_of
 
 
@@ -62,9 +61,7 @@ async def test_a_retry_survives_its_manager_being_killed_during_the_delay(
         if "due at" in (await admin.get(sid))["retry_state"]:
             break
         await asyncio.sleep(0.1)
-    assert cluster.manager is not None
-    cluster.manager.send_signal(signal.SIGKILL)
-    cluster.manager.wait(timeout=10)
+    cluster.manager.kill()
     cluster.start_manager()
     async with aiohttp.ClientSession() as http:
         client = Client(http, cluster.api, cluster.token)
@@ -74,16 +71,8 @@ async def test_a_retry_survives_its_manager_being_killed_during_the_delay(
 
 
 async def test_two_managers_create_exactly_one_child_per_failure(cluster: Cluster, admin: Client) -> None:
-    port = free_port()
-    second = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "sokovan",
-        "manager",
-        env={**cluster.env, "SOKOVAN_API_BIND": f"127.0.0.1:{port}"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    second = ManagerProc(cluster.env, cluster.workdir, "manager-2")
+    second.start()
     try:
         await asyncio.sleep(2)
         ids = [
@@ -96,5 +85,9 @@ async def test_two_managers_create_exactly_one_child_per_failure(cluster: Cluste
         for sid in ids:
             assert len(await chain_of(admin, sid, 2)) == 2
     finally:
-        second.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(second.wait(), 20)
+        second.terminate()
+        try:
+            second.wait(timeout=20)
+        finally:
+            if second.running:
+                second.kill()

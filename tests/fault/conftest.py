@@ -9,7 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from sokovan.common.settings import Settings
-from tests.fault.harness import bootstrap, clear_timings, reset_cluster_state
+from sokovan.harness import bootstrap_admin
+from tests.fault.harness import clear_timings, reset_cluster_state
 
 
 @pytest.fixture
@@ -17,6 +18,6 @@ def fresh_cluster_state(settings: Settings, service_env: dict[str, str]) -> Iter
     """Reset the shared services for a new cluster; yields the admin token."""
     asyncio.run(reset_cluster_state(settings))
     try:
-        yield bootstrap(service_env)
+        yield bootstrap_admin(service_env)
     finally:
         asyncio.run(clear_timings(settings))

@@ -1,7 +1,9 @@
 """Real daemons for fault tests: managers that can be SIGKILLed and restarted, agents, fast timings.
 
 Everything here talks to the cluster the way an operator would (processes, etcd keys, REST v2);
-the database is read only to check the allocation invariants.
+the database is read only to check the allocation invariants. The daemons themselves are
+sokovan.harness's `ManagerProc` (restartable on its port, `kill()` for SIGKILL) and `AgentProc`;
+what is the fault tests' own is the fast timings, the invariant checks and the retrying client.
 """
 
 from __future__ import annotations
@@ -9,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -20,13 +20,12 @@ from urllib.parse import quote
 import aetcd
 import aiohttp
 import redis.asyncio as aioredis
-from sqlalchemy import func, select, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from sokovan import harness
 from sokovan.common.settings import Settings
-from sokovan.db.models import Agent, Base
 from sokovan.orchestrator.provisioner.invariants import check_invariants
-from tests.e2e.cluster import SOKOVAN, free_port
 
 # Fast self-healing, written to etcd before the daemons start (the test brief's timings).
 LOOPS = {"long_cycle_interval": 0.5}
@@ -37,16 +36,8 @@ TERMINAL = {"TERMINATED", "ERROR", "CANCELLED"}
 
 async def reset_cluster_state(settings: Settings) -> None:
     """Empty tables, no leftover Redis streams of this run, and the fast timings in etcd."""
-    engine = create_async_engine(settings.db_url)
-    tables = ", ".join(f'"{t.name}"' for t in Base.metadata.sorted_tables)
-    async with engine.begin() as conn:
-        await conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
-    await engine.dispose()
-    client = aioredis.Redis.from_url(settings.redis_url)
-    keys = [k async for k in client.scan_iter(match=f"{settings.etcd_prefix}*")]
-    if keys:
-        await client.delete(*keys)
-    await client.aclose()
+    await harness.truncate_tables(settings.db_url)
+    await _clear_streams(settings)
     etcd = aetcd.Client(host=settings.etcd_host, port=settings.etcd_port)
     try:
         for section, value in (("loops", LOOPS), ("maintenance", MAINTENANCE)):
@@ -57,11 +48,7 @@ async def reset_cluster_state(settings: Settings) -> None:
 
 async def clear_timings(settings: Settings) -> None:
     """Leave etcd as other test modules expect it (the default timings), and no Redis streams."""
-    client = aioredis.Redis.from_url(settings.redis_url)
-    keys = [k async for k in client.scan_iter(match=f"{settings.etcd_prefix}*")]
-    if keys:
-        await client.delete(*keys)
-    await client.aclose()
+    await _clear_streams(settings)
     etcd = aetcd.Client(host=settings.etcd_host, port=settings.etcd_port)
     try:
         for section in ("loops", "maintenance"):
@@ -70,75 +57,21 @@ async def clear_timings(settings: Settings) -> None:
         await etcd.close()
 
 
+async def _clear_streams(settings: Settings) -> None:
+    client = aioredis.Redis.from_url(settings.redis_url)
+    keys = [k async for k in client.scan_iter(match=f"{settings.etcd_prefix}*")]
+    if keys:
+        await client.delete(*keys)
+    await client.aclose()
+
+
 def _key(settings: Settings, section: str) -> bytes:
     return f"{settings.etcd_prefix}/config/manager/{section}".encode()
 
 
-def bootstrap(env: dict[str, str]) -> str:
-    out = subprocess.run([*SOKOVAN, "admin", "bootstrap", "--json"], env=env, capture_output=True, check=True)
-    token: str = json.loads(out.stdout)["token"]
-    return token
-
-
-class ManagerProc:
-    """One `sokovan manager` on a fixed API port, restartable on the same port."""
-
-    def __init__(self, env: dict[str, str], workdir: Path, name: str = "manager") -> None:
-        self.port = free_port()
-        self.api = f"http://127.0.0.1:{self.port}"
-        self.env = {**env, "SOKOVAN_API_BIND": f"127.0.0.1:{self.port}"}
-        self.log_path = workdir / f"{name}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self) -> None:
-        log = open(self.log_path, "ab")
-        log.write(f"\n===== start #{self.starts + 1} at {time.time():.3f} =====\n".encode())
-        log.flush()
-        self.proc = subprocess.Popen([*SOKOVAN, "manager"], env=self.env, stdout=log, stderr=log)
-        log.close()
-        self.starts += 1
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown code runs."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-    async def wait_healthy(self, within: float = 30) -> float:
-        """Seconds until /healthz answers 200."""
-        began = time.monotonic()
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
-            while True:
-                assert self.proc is not None
-                if self.proc.poll() is not None:
-                    raise AssertionError(f"manager exited: {self.log_tail()}")
-                try:
-                    async with http.get(f"{self.api}/healthz") as resp:
-                        if resp.status == 200:
-                            return time.monotonic() - began
-                except (aiohttp.ClientError, TimeoutError):
-                    pass
-                if time.monotonic() - began > within:
-                    raise AssertionError(f"manager not healthy after {within}s: {self.log_tail()}")
-                await asyncio.sleep(0.05)
-
-    def log_tail(self, chars: int = 3000) -> str:
-        return self.log_path.read_text(errors="replace")[-chars:]
-
-
-class AgentProc:
-    """`sokovan agent` (a real process agent or, with `simulate`, a hollow fleet)."""
+class AgentProc(harness.AgentProc):
+    """`sokovan agent` (a real process agent or, with `simulate`, a hollow fleet), started at once,
+    heartbeating every 0.5 s."""
 
     def __init__(
         self,
@@ -150,46 +83,17 @@ class AgentProc:
         simulate: int | None = None,
         extra: Iterable[str] = (),
     ) -> None:
-        self.agent_id = agent_id
-        self.log_path = workdir / f"{agent_id}.log"
-        args = [*SOKOVAN, "agent", "--id", agent_id, "--slots", slots, "--rpc-port", "0"]
-        args += ["--heartbeat-interval", HEARTBEAT]
-        if simulate is not None:
-            args += ["--simulate", str(simulate)]
-        else:
-            args += ["--work-dir", str(workdir / agent_id), "--kill-grace", "2"]
-        args += list(extra)
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=log)
+        own = ["--heartbeat-interval", HEARTBEAT]
+        if simulate is None:
+            own += ["--kill-grace", "2"]
+        work_dir = workdir / agent_id if simulate is None else None
+        super().__init__(
+            env, workdir, agent_id, slots=slots, work_dir=work_dir, simulate=simulate, extra=[*own, *extra]
+        )
+        self.start()
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-
-async def wait_agents(db_url: str, count: int, within: float = 30) -> None:
-    """Until `count` agents have registered (rows in the agents table)."""
-    engine = create_async_engine(db_url)
-    deadline = time.monotonic() + within
-    try:
-        while True:
-            async with engine.connect() as conn:
-                n = int(await conn.scalar(select(func.count()).select_from(Agent)) or 0)
-            if n >= count:
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"only {n}/{count} agents registered after {within}s")
-            await asyncio.sleep(0.2)
-    finally:
-        await engine.dispose()
+    def stop(self, timeout: float = 30) -> None:
+        super().stop(timeout)
 
 
 class InvariantChecker:

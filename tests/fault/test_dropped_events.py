@@ -15,7 +15,8 @@ import aiohttp
 import pytest
 
 from sokovan.common.settings import Settings
-from tests.fault.harness import TERMINAL, AgentProc, InvariantChecker, ManagerProc, outcome, wait_agents
+from sokovan.harness import ManagerProc, wait_agents
+from tests.fault.harness import TERMINAL, AgentProc, InvariantChecker, outcome
 
 WITHIN = 15.0  # seconds: a few long cycles (0.5 s) past reconcile_after (1 s)
 RESOURCES = {"cpu": 1, "mem": "64m"}

@@ -17,16 +17,15 @@ from typing import Any
 import aiohttp
 
 from sokovan.common.settings import Settings
+from sokovan.harness import ManagerProc, wait_agents
 from tests.fault.harness import (
     AgentProc,
     Api,
     InvariantChecker,
     InvariantSampler,
-    ManagerProc,
     outcome,
     settle,
     summarize,
-    wait_agents,
 )
 
 SESSIONS = 500

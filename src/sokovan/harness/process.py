@@ -1,0 +1,209 @@
+"""One daemon of a local test cluster, started as `python -m sokovan ...` (see sokovan.harness).
+
+A `Daemon` signals only the process it started itself, and tells a process that was stopped on
+purpose (`terminate`, `kill`, `stop`) from one that exited on its own (`failure`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+SOKOVAN = [sys.executable, "-m", "sokovan"]
+
+
+class HarnessError(RuntimeError):
+    """A local cluster could not be started, or one of its daemons exited on its own."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Daemon:
+    """`sokovan <args>` with `env`, logging to `<log_dir>/<name>.log` (appended; a banner marks each
+    start), or to this process's own stdout/stderr when `log_dir` is None. Restartable."""
+
+    def __init__(self, name: str, args: Sequence[str], env: Mapping[str, str], log_dir: Path | None) -> None:
+        self.name = name
+        self.args = list(args)
+        self.env = dict(env)
+        self.log_path = None if log_dir is None else log_dir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self._stopped_on_purpose = False
+
+    def start(self) -> None:
+        if self.running:
+            raise HarnessError(f"{self.name} is already running")
+        self._stopped_on_purpose = False
+        command = [*SOKOVAN, *self.args]
+        if self.log_path is None:
+            self.proc = subprocess.Popen(command, env=self.env)
+        else:
+            with open(self.log_path, "ab") as log:
+                log.write(f"\n===== start #{self.starts + 1} at {time.time():.3f} =====\n".encode())
+                log.flush()
+                self.proc = subprocess.Popen(command, env=self.env, stdout=log, stderr=log)
+        self.starts += 1
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def failure(self) -> str | None:
+        """Why this daemon is down although nobody stopped it; None while it runs (or was stopped)."""
+        if self.proc is None or self._stopped_on_purpose:
+            return None
+        code = self.proc.poll()
+        if code is None:
+            return None
+        where = f": {self.log_tail()}" if self.log_path is not None else " (see its messages above)"
+        return f"{self.name} exited with {code}{where}"
+
+    def terminate(self) -> None:
+        """SIGTERM, if it still runs; does not wait."""
+        self._stopped_on_purpose = True
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float) -> int:
+        """Its exit code; `subprocess.TimeoutExpired` after `timeout` seconds."""
+        if self.proc is None:
+            raise HarnessError(f"{self.name} was never started")
+        return self.proc.wait(timeout=timeout)
+
+    def kill(self, timeout: float = 10) -> None:
+        """SIGKILL: no shutdown code runs. Waits until it is gone."""
+        if self.proc is None:
+            raise HarnessError(f"{self.name} was never started")
+        self._stopped_on_purpose = True
+        self.proc.kill()
+        self.proc.wait(timeout=timeout)
+
+    def stop(self, timeout: float = 20) -> None:
+        """SIGTERM and wait; SIGKILL after `timeout` seconds."""
+        stop_all([self], timeout)
+
+    def log_text(self) -> str:
+        return "" if self.log_path is None else self.log_path.read_text(errors="replace")
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_text()[-chars:]
+
+
+def stop_all(daemons: Iterable[Daemon], timeout: float = 20) -> None:
+    """SIGTERM to every daemon still running, then wait for each; SIGKILL after `timeout` seconds."""
+    started = [d for d in daemons if d.proc is not None]
+    for d in started:
+        d.terminate()
+    for d in started:
+        try:
+            d.wait(timeout)
+        except subprocess.TimeoutExpired:
+            d.kill()
+
+
+def check_alive(daemons: Iterable[Daemon]) -> None:
+    """HarnessError naming the first daemon that exited on its own."""
+    for d in daemons:
+        why = d.failure()
+        if why is not None:
+            raise HarnessError(why)
+
+
+def wait_until(
+    cond: Callable[[], bool],
+    what: str,
+    within: float,
+    *,
+    watch: Iterable[Daemon] = (),
+    poll: float = 0.1,
+    explain: Callable[[], str] | None = None,
+) -> float:
+    """Seconds until `cond()` holds; HarnessError when a watched daemon exits on its own first, or
+    after `within` seconds (with `explain()` appended)."""
+    watched = list(watch)
+    began = time.monotonic()
+    while not cond():
+        check_alive(watched)
+        if time.monotonic() - began > within:
+            raise HarnessError(f"{what}: not within {within}s" + (f": {explain()}" if explain else ""))
+        time.sleep(poll)
+    return time.monotonic() - began
+
+
+class ManagerProc(Daemon):
+    """`sokovan manager` serving its API on `bind` (default: a free port on 127.0.0.1), restartable
+    on the same port."""
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        log_dir: Path | None,
+        name: str = "manager",
+        *,
+        bind: str | None = None,
+        args: Sequence[str] = (),
+    ) -> None:
+        bind = bind or f"127.0.0.1:{free_port()}"
+        super().__init__(name, ["manager", *args], {**env, "SOKOVAN_API_BIND": bind}, log_dir)
+        self.port = int(bind.rpartition(":")[2])
+        self.api = f"http://{bind}"
+
+    def healthy(self) -> bool:
+        """Whether /healthz answers 200 now."""
+        try:
+            with urllib.request.urlopen(f"{self.api}/healthz", timeout=2) as resp:
+                return bool(resp.status == 200)
+        except (OSError, http.client.HTTPException):
+            return False
+
+    def wait_up(self, within: float = 30) -> float:
+        """Seconds until /healthz answers 200; HarnessError if it exits or `within` passes first."""
+        return wait_until(
+            self.healthy, f"{self.name} /healthz", within, watch=[self], poll=0.05, explain=self.log_tail
+        )
+
+    async def wait_healthy(self, within: float = 30) -> float:
+        """`wait_up` without blocking the event loop."""
+        return await asyncio.to_thread(self.wait_up, within)
+
+
+class AgentProc(Daemon):
+    """`sokovan agent --id <agent_id>`: a process agent with its kernels under `work_dir`, or with
+    `simulate` a hollow fleet of that many agents. `extra` arguments go last."""
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        log_dir: Path | None,
+        agent_id: str,
+        *,
+        slots: str | None = None,
+        work_dir: Path | None = None,
+        simulate: int | None = None,
+        rpc_port: int = 0,
+        extra: Iterable[str] = (),
+    ) -> None:
+        args = ["agent", "--id", agent_id, "--rpc-port", str(rpc_port)]
+        if slots is not None:
+            args += ["--slots", slots]
+        if work_dir is not None:
+            args += ["--work-dir", str(work_dir)]
+        if simulate is not None:
+            args += ["--simulate", str(simulate)]
+        super().__init__(agent_id, [*args, *extra], env, log_dir)
+        self.agent_id = agent_id
