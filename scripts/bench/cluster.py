@@ -14,7 +14,7 @@ from pathlib import Path
 import redis.asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from sokovan.bus.hints import HintPublisher
+from sokovan.bus.hints import Hint, HintPublisher
 from sokovan.harness import HarnessError, LocalCluster, free_port, prepare_database, read_env_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ class BenchCluster:
     async def hint(self) -> None:
         """Wake the manager's schedule loop at once (what a create or an agent event does)."""
         client = aioredis.Redis.from_url(self.env.get("SOKOVAN_REDIS_URL", "redis://127.0.0.1:6379/0"))
-        await HintPublisher(client, self.env["SOKOVAN_ETCD_PREFIX"]).hint("schedule")
+        await HintPublisher(client, self.env["SOKOVAN_ETCD_PREFIX"]).hint(Hint.SCHEDULE)
         await client.aclose()
 
     async def stop(self) -> None:
