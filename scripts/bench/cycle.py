@@ -10,7 +10,8 @@ from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.config.cluster import ClusterConfig
-from sokovan.db.models import Agent, Base, Domain, Kernel, Keypair, Project, ScalingGroup, Session, User
+from sokovan.db.base import Base
+from sokovan.db.models import Agent, Domain, Kernel, Keypair, Project, ScalingGroup, Session, User
 from sokovan.orchestrator.schedule.coordinator import ScheduleCoordinator
 from sokovan.orchestrator.schedule.handlers.lifecycle.schedule_new_sessions import ScheduleNewSessions
 from sokovan.state.session_reads import BATCH_LIMIT
