@@ -19,12 +19,14 @@ class Balancer:
     # Endpoints to skip while others remain; shared with the prober, which clears an endpoint on a pass.
     failing: set[str] = field(default_factory=set)
     table: RoutingTable | None = None
-    _known: frozenset[str] = frozenset()
-    _turns: dict[str, itertools.count[int]] = field(default_factory=dict)
+    _known: frozenset[str] = field(default=frozenset(), init=False)
+    _turns: dict[str, itertools.count[int]] = field(default_factory=dict, init=False)
 
     def apply(self, table: RoutingTable) -> None:
         self.table = table
         self._known = frozenset(table.routes) | {p.deployment for p in table.probes}
+        # An endpoint nobody probes would never be cleared: its ejection lasts until the next table.
+        self.failing.intersection_update({p.endpoint for p in table.probes})
         for name in list(self._turns):
             if name not in table.routes:
                 del self._turns[name]

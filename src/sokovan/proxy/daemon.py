@@ -80,7 +80,7 @@ class AppProxy:
         self._redis = aioredis.Redis.from_url(
             settings.redis_url, retry=Retry(NoBackoff(), 0), socket_connect_timeout=2.0, socket_timeout=5.0
         )
-        self.proxy_id = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+        self.proxy_id = ""  # <host name>:<port>, once bound: a restarted proxy replaces its entry
         self.balancer = Balancer()
         self.writer = ReportWriter(self._write_reports)
         self.follower = TableFollower(
@@ -124,6 +124,7 @@ class AppProxy:
             await self._close_resources()
             raise ProxyStartError(f"cannot listen on {cfg.host}:{cfg.port}: {exc}") from exc
         port = int(self._runner.addresses[0][1])
+        self.proxy_id = f"{socket.gethostname()}:{port}"
         self.url = cfg.public_url or default_public_url(cfg.host, port)
         with contextlib.suppress(RedisError, OSError):
             await self.follower.refresh()
