@@ -31,6 +31,7 @@ class Backend:
         self.health_max_in_flight = 0
         self.hits = 0
         self.release_stream = asyncio.Event()
+        self.stream_abandoned = asyncio.Event()  # the reader of /stream went away while it was held
         self.url = ""
         self._runner: web.AppRunner | None = None
 
@@ -93,7 +94,11 @@ class Backend:
         out.enable_chunked_encoding()
         await out.prepare(request)
         await out.write(b"data: first\n\n")
-        await self.release_stream.wait()
+        while not self.release_stream.is_set():
+            if request.transport is None or request.transport.is_closing():
+                self.stream_abandoned.set()
+                return out
+            await asyncio.sleep(0.02)
         await out.write(b"data: second\n\n")
         await out.write_eof()
         return out

@@ -156,6 +156,22 @@ async def test_a_chunked_response_streams_as_it_is_written(
         assert await asyncio.wait_for(resp.content.read(), 5) == b"data: second\n\n"
 
 
+async def test_a_client_leaving_an_idle_stream_closes_the_replica_connection(
+    redis: aioredis.Redis,
+    proxy_settings: Settings,
+    start_proxy: StartProxy,
+    backends: Backends,
+    client: aiohttp.ClientSession,
+) -> None:
+    (replica,) = await backends("r1")
+    proxy = await start_proxy()
+    await applied(proxy, await publish(redis, proxy_settings, {"app": [replica.url]}))
+    resp = await client.get(f"{proxy.url}/app/stream")
+    assert await asyncio.wait_for(resp.content.readuntil(b"\n\n"), 5) == b"data: first\n\n"
+    resp.close()  # drop the connection while the replica has nothing to send
+    await asyncio.wait_for(replica.stream_abandoned.wait(), 5)
+
+
 async def test_a_replica_breaking_off_mid_response_is_visible(
     redis: aioredis.Redis,
     proxy_settings: Settings,

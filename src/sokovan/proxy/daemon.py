@@ -116,7 +116,11 @@ class AppProxy:
             total=None, sock_connect=cfg.connect_timeout, sock_read=cfg.read_timeout
         )
         app = create_app(Forwarder(self.balancer, forward_session, timeout), self.status)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=cfg.shutdown_timeout)
+        # A client that goes away cancels its handler, which closes the replica's connection with it
+        # (an idle event stream would otherwise hold it until the replica next writes).
+        self._runner = web.AppRunner(
+            app, access_log=None, shutdown_timeout=cfg.shutdown_timeout, handler_cancellation=True
+        )
         await self._runner.setup()
         try:
             await web.TCPSite(self._runner, cfg.host, cfg.port).start()

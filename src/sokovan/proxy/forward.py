@@ -6,7 +6,8 @@ byte was sent (refused, reset or timed out while connecting) the next candidate 
 most once; a bodiless idempotent request is also re-sent when a reused keep-alive connection turns
 out to have been closed by the replica. The response (status, headers, body) streams back chunk by
 chunk, so server-sent events and long responses flow as the replica writes them. If the replica
-breaks off mid-response the client's connection is closed, so the truncation is visible.
+breaks off mid-response the client's connection is closed, so the truncation is visible; if the
+client goes away, the replica's connection is closed with it.
 
 Errors the proxy answers itself are problem documents: 404 for a deployment the routing table does
 not mention, 503 when it has no HEALTHY replica or none could be connected to, 502 when a replica
@@ -14,6 +15,8 @@ failed after the request was sent.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 import aiohttp
 import structlog
@@ -126,9 +129,11 @@ class Forwarder:
                     break
                 await out.write(chunk)
             await out.write_eof()
-        except ConnectionError:
-            # The client went away; nothing left to deliver.
+        except (ConnectionError, asyncio.CancelledError) as exc:
+            # The client went away (its handler is cancelled, or a write fails): nothing left to deliver.
             metrics.REQUESTS.labels(deployment=name, outcome="client_gone").inc()
+            if isinstance(exc, asyncio.CancelledError):
+                raise
             return out
         finally:
             if upstream.content.at_eof():
