@@ -250,3 +250,28 @@ async def test_healthz_and_metrics(
         text = await resp.text()
     assert 'sokovan_proxy_requests_total{deployment="app",outcome="forwarded"}' in text
     assert "sokovan_proxy_probes_total" in text
+
+
+async def test_an_endpoint_with_a_path_prefix_like_a_hollow_kernel(
+    redis: aioredis.Redis,
+    proxy_settings: Settings,
+    start_proxy: StartProxy,
+    backends: Backends,
+    client: aiohttp.ClientSession,
+) -> None:
+    (fleet,) = await backends("fleet")
+    endpoint = f"{fleet.url}/echo/kernels/k1"  # like http://host:port/kernels/<kernel_id>
+    route = target(endpoint)
+    proxy = await start_proxy()
+    await applied(proxy, await publish(redis, proxy_settings, {"app": [endpoint]}, [route]))
+    async with client.get(f"{proxy.url}/app/v1/models?a=b") as resp:
+        seen = await resp.json()
+    assert (seen["path"], seen["query"]) == ("/echo/kernels/k1/v1/models", "a=b")
+    async with client.get(f"{proxy.url}/app") as resp:
+        assert (await resp.json())["path"] == "/echo/kernels/k1/"
+
+    async def probed() -> bool:
+        counts = proxy.prober.counts(route.route_id)
+        return counts is not None and counts.successes >= 1
+
+    await eventually(probed)
