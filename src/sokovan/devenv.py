@@ -64,10 +64,12 @@ def run_dev() -> None:
         cluster.start_manager(wait=False)
         for agent_id in AGENTS:
             cluster.start_agent(agent_id)
+        proxy = cluster.start_proxy(env.setdefault("SOKOVAN_PROXY_BIND", "127.0.0.1:8091"), wait=False)
         asyncio.run(cluster.wait_ready(AGENTS, within=60))
+        proxy.wait_up()
         print(
-            f"\nSokovan is running: a manager and {len(AGENTS)} process agents.\n"
-            f"  API:   {cluster.api}\n  token: {token}\n\n"
+            f"\nSokovan is running: a manager, {len(AGENTS)} process agents and the app proxy.\n"
+            f"  API:   {cluster.api}\n  proxy: {proxy.url}\n  token: {token}\n\n"
             f"  export SOKOVAN_API={cluster.api} SOKOVAN_TOKEN={token}\n"
             "  sokovan session create --image python:3 --command 'echo hello' --wait\n\n"
             "Press Ctrl-C to stop everything.",

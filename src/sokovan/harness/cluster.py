@@ -9,7 +9,7 @@ from pathlib import Path
 from types import TracebackType
 
 from sokovan.harness.database import bootstrap_admin, wait_agents
-from sokovan.harness.process import AgentProc, Daemon, ManagerProc, check_alive, stop_all
+from sokovan.harness.process import AgentProc, Daemon, ManagerProc, ProxyProc, check_alive, stop_all
 
 
 def read_env_file(path: Path) -> dict[str, str]:
@@ -49,11 +49,21 @@ class LocalCluster:
         self.api_port = self.manager.port
         self.agent_args = tuple(agent_args)
         self.agents: dict[str, AgentProc] = {}
+        self.proxy: ProxyProc | None = None
         self.token = ""
 
     @property
     def daemons(self) -> list[Daemon]:
-        return [self.manager, *self.agents.values()]
+        return [self.manager, *self.agents.values(), *([self.proxy] if self.proxy else [])]
+
+    def start_proxy(self, bind: str | None = None, wait: bool = True) -> ProxyProc:
+        """The app proxy (restartable: a second call starts the same one again)."""
+        if self.proxy is None:
+            self.proxy = ProxyProc(self.env, self.log_dir, bind=bind)
+        self.proxy.start()
+        if wait:
+            self.proxy.wait_up()
+        return self.proxy
 
     def bootstrap(self) -> str:
         """A new admin token (also kept as `self.token`)."""

@@ -207,3 +207,24 @@ class AgentProc(Daemon):
             args += ["--simulate", str(simulate)]
         super().__init__(agent_id, [*args, *extra], env, log_dir)
         self.agent_id = agent_id
+
+
+class ProxyProc(Daemon):
+    """`sokovan proxy` (the app proxy) on `bind` (default: a free port on 127.0.0.1)."""
+
+    def __init__(self, env: Mapping[str, str], log_dir: Path | None, *, bind: str | None = None) -> None:
+        bind = bind or f"127.0.0.1:{free_port()}"
+        super().__init__("proxy", ["proxy", "--bind", bind], env, log_dir)
+        self.url = f"http://{bind}"
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as resp:
+                return bool(resp.status == 200)
+        except (OSError, http.client.HTTPException):
+            return False
+
+    def wait_up(self, within: float = 30) -> float:
+        return wait_until(
+            self.healthy, "proxy /healthz", within, watch=[self], poll=0.05, explain=self.log_tail
+        )

@@ -36,6 +36,7 @@ class RouteRow:
     created_at: dt.datetime
     session_id: uuid.UUID | None
     session_status: SessionStatus | None
+    session_changed_at: dt.datetime | None  # when the replica session entered its status
     service_addr: str | None
     endpoint: str | None
     health: dict[str, Any]
@@ -79,6 +80,7 @@ def _route_query() -> Any:
             Deployment.definition,
             Deployment.scaling_group,
             Session.status.label("session_status"),
+            Session.status_changed_at.label("session_changed_at"),
             Kernel.service_addr,
         )
         .join(Deployment, Deployment.id == Route.deployment_id)
@@ -101,6 +103,7 @@ def _route(r: Any) -> RouteRow:
         created_at=route.created_at,
         session_id=route.session_id,
         session_status=SessionStatus(r.session_status) if r.session_status else None,
+        session_changed_at=r.session_changed_at,
         service_addr=r.service_addr,
         endpoint=route.endpoint,
         health=dict(route.health or {}),

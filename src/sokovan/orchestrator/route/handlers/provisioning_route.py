@@ -1,12 +1,17 @@
 """PROVISIONING → DEGRADED once its replica session runs and says where its server answers;
 → FAILED_TO_START when the session ends (or is refused) before that.
 
+A replica counts as started once its session has stayed RUNNING for `STARTUP_GRACE` seconds (like
+Kubernetes' minReadySeconds): a command that exits at once is a failed start, whichever cycle
+happened to see it running for a moment.
+
 The route is the replica's creation key: the session is created here, idempotently (a second
 manager, or this one after a crash, finds the same session), and linked to the route.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 
 from sqlalchemy import bindparam, update
@@ -20,6 +25,7 @@ from sokovan.orchestrator.spine.outcome import OutcomeResult
 from sokovan.state.serving_reads import RouteRow
 
 _ENDED = SessionStatus.terminal() | {SessionStatus.TERMINATING}
+STARTUP_GRACE = 1.0
 
 
 class ProvisioningRoute(RouteHandler):
@@ -52,7 +58,7 @@ class ProvisioningRoute(RouteHandler):
                 result.skipped[route.id] = "replica session created"
             elif route.session_status in _ENDED:
                 result.failures[route.id] = f"replica session {route.session_status} before it served"
-            elif route.session_status == SessionStatus.RUNNING and route.service_addr:
+            elif route.session_status == SessionStatus.RUNNING and route.service_addr and _settled(route):
                 links.append(
                     {"b_id": route.id, "b_session": route.session_id, "b_endpoint": route.service_addr}
                 )
@@ -70,3 +76,8 @@ class ProvisioningRoute(RouteHandler):
                     links,
                 )
         return result
+
+
+def _settled(route: RouteRow) -> bool:
+    changed = route.session_changed_at
+    return changed is not None and (dt.datetime.now(dt.UTC) - changed).total_seconds() >= STARTUP_GRACE
