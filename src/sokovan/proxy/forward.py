@@ -79,8 +79,9 @@ class Forwarder:
                     skip_auto_headers=SKIP_AUTO_HEADERS,
                     timeout=self._timeout,
                 )
-            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-                # Nothing was sent: the connection itself failed. Skip this replica for a while.
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError, ValueError) as exc:
+                # Nothing was sent: the connection itself failed (or the endpoint is not a URL at all).
+                # Skip this replica for a while.
                 log.warning("proxy.replica_unreachable", deployment=name, endpoint=endpoint, error=str(exc))
                 self._balancer.mark_failed(endpoint)
                 continue

@@ -117,12 +117,13 @@ class Prober:
             self._tasks[rid] = asyncio.create_task(self._run(target), name=f"probe-{rid}")
 
     async def close(self) -> None:
+        """Stop probing; the reports already handed to the writer stay there for its last flush."""
         tasks = list(self._tasks.values())
-        for rid in list(self._targets):
-            self._stop(rid, keep_counts=False)
+        self._tasks.clear()
+        self._targets.clear()
         for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _stop(self, route_id: uuid.UUID, keep_counts: bool) -> None:
         target = self._targets.pop(route_id)
@@ -155,6 +156,8 @@ class Prober:
                     await resp.content.read(MAX_HEALTH_BODY)
                 return 200 <= resp.status < 300, str(resp.status)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            return False, failure_status(exc)
+        except ValueError as exc:  # an endpoint that is not a URL
             return False, failure_status(exc)
 
     def _record(self, target: ProbeTarget, ok: bool, status: str, at: float) -> None:
