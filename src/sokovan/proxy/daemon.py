@@ -125,6 +125,7 @@ class AppProxy:
         try:
             await web.TCPSite(self._runner, cfg.host, cfg.port).start()
         except OSError as exc:
+            await self._runner.cleanup()
             await self._close_resources()
             raise ProxyStartError(f"cannot listen on {cfg.host}:{cfg.port}: {exc}") from exc
         port = int(self._runner.addresses[0][1])
