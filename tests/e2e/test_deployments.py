@@ -290,3 +290,32 @@ async def test_proxy_down_degrades_without_eviction_and_destroy_frees_the_name(
     await eventually(destroyed, "deployment destroyed")
     again = await create(api, "steady", 0)  # the name is free again
     assert again["id"] != d["id"]
+
+
+async def test_a_server_failing_its_health_check_stays_out_of_the_table_and_is_replaced(
+    api: Client, serving: Cluster
+) -> None:
+    d = await create(api, "sick", 1, environ={"SERVER": SERVER, "FAIL_HEALTH": "1"})
+    first: dict[str, Any] = {}
+
+    async def evicted() -> bool:
+        rs = await routes(api, d["id"])
+        if rs and not first:
+            first.update(rs[0])
+        return any(r["id"] == first.get("id") and r["status"] in ("TERMINATING", "TERMINATED") for r in rs)
+
+    await eventually(evicted, "the unhealthy replica evicted")
+    status, history = await api.request("GET", f"/v2/routes/{first['id']}/history")
+    path = [h["to_status"] for h in history["items"]]
+    assert "HEALTHY" not in path and "UNHEALTHY" in path, path
+    assert (await deployment(api, d["id"]))["ready_replicas"] == 0
+
+    async def replaced() -> bool:
+        return any(r["id"] != first["id"] for r in await routes(api, d["id"]))
+
+    await eventually(replaced, "a replacement replica")
+    async with aiohttp.ClientSession() as http, http.get(f"{proxy_of(serving).url}/sick/") as resp:
+        assert resp.status == 503  # never in the routing table
+        assert resp.headers["Content-Type"].startswith("application/problem+json")
+    status, _ = await api.request("DELETE", f"/v2/deployments/{d['id']}")
+    assert status == 202

@@ -1,5 +1,6 @@
-"""Publishes the routing table: per deployment, the endpoints of its HEALTHY routes (where the app
-proxies send traffic), and every route whose replica serves (which the proxies probe).
+"""Publishes the routing table: per live deployment, the endpoints of its HEALTHY routes (where the
+app proxies send traffic; none yet is an empty list), and every route whose replica serves (which
+the proxies probe).
 
 It runs every cycle even with no HEALTHY route, so the proxies learn that a route left, and it
 keeps the gauge of replicas by route status. It changes no status.
@@ -15,7 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.bus.routing import HealthCheck, ProbeTarget, RoutingBus, RoutingTable, publish_table
 from sokovan.common.metrics import ROUTE_REPLICAS
-from sokovan.db.models import Route
+from sokovan.common.types import EndpointLifecycle
+from sokovan.db.models import Deployment, Route
 from sokovan.orchestrator.route.handler import R, RouteHandler, RouteTransitions
 from sokovan.orchestrator.spine.outcome import OutcomeResult
 from sokovan.state.serving_reads import RouteRow
@@ -33,6 +35,15 @@ class ServiceDiscoverySync(RouteHandler):
 
     async def execute(self, rows: Sequence[RouteRow]) -> OutcomeResult:
         table = RoutingTable(generated_at=time.time())
+        # Every deployment that is not gone is known to the proxies, with or without a healthy
+        # replica: none healthy is a 503 there, an unknown name a 404.
+        async with self._engine.connect() as conn:
+            names = (
+                await conn.execute(
+                    select(Deployment.name).where(Deployment.status != EndpointLifecycle.DESTROYED.value)
+                )
+            ).scalars()
+            table.routes.update({name: [] for name in names})
         for route in rows:
             if route.endpoint is None:
                 continue
