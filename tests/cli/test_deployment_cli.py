@@ -6,16 +6,18 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import pytest
 from sqlalchemy import func, select, update
 
 from sokovan.bus.user_events import UserEvent, UserEventPublisher
+from sokovan.cli import deployment_follow
 from sokovan.db.models import Deployment, Route
 from sokovan.manager.context import ManagerContext
 from tests.api.conftest import Api
 from tests.api.deployment_helpers import add_model_agent, add_route, add_route_history, counts, created
 from tests.api.test_events import user_id
 from tests.cli.conftest import run_cli
-from tests.cli.test_wait_events import LINE_TIMEOUT, _line, _start, _subscribed
+from tests.cli.test_wait_events import LINE_TIMEOUT, _line, _OldServerClient, _start, _subscribed
 
 
 async def test_create_info_list_scale_routes_history_destroy(api: Api, cli_env: dict[str, str]) -> None:
@@ -179,3 +181,28 @@ async def test_create_wait_times_out_or_ends_destroyed(api: Api, cli_env: dict[s
     assert proc.returncode == 1, err.decode()
     assert '"status": "DESTROYED"' in out.decode()
     assert "PENDING -> DESTROYED" in err.decode()
+
+
+async def test_without_a_stream_it_polls(
+    api: Api, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(deployment_follow, "RESYNC_INTERVAL", 30.0)  # would time the test out if used
+    made = await created(api, api.alice, name="polled", replicas=0)
+    client = _OldServerClient(str(api.client.make_url("")).rstrip("/"), api.alice["Authorization"][7:])
+    follow = asyncio.create_task(
+        asyncio.to_thread(deployment_follow.follow_deployment, client, made["id"], err=False, timeout=20)
+    )
+    await asyncio.sleep(0.5)
+    await _set(api, made["id"], "SCALING")
+    await asyncio.sleep(0.5)
+    await _set(api, made["id"], "READY")
+    final = await asyncio.wait_for(follow, 10)
+    assert (final["status"], final["ready_replicas"], final["replicas"]) == ("READY", 0, 0)
+    lines = capsys.readouterr().out.splitlines()
+    assert [" ".join(line.split()[1:]) for line in lines] == [
+        "PENDING 0/0 replicas ready",
+        "deployment PENDING -> SCALING",
+        "SCALING 0/0 replicas ready",
+        "deployment SCALING -> READY",
+        "READY 0/0 replicas ready",
+    ]
