@@ -14,7 +14,7 @@ from sokovan.manager.controller import DeploymentController, SchedulingControlle
 CONTROLLER_KEY = web.AppKey("scheduling_controller", SchedulingController)
 DEPLOYMENTS_KEY = web.AppKey("deployment_controller", DeploymentController)
 
-DEFAULT_LIMIT = 50
+DEFAULT_LIMIT = 100  # the contract: limit takes 1 to 500, default 100
 MAX_LIMIT = 500
 
 

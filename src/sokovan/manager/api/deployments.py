@@ -17,6 +17,7 @@ from sokovan.bus.routing import proxy_urls
 from sokovan.common.types import EndpointLifecycle, RouteStatus
 from sokovan.manager.api.auth import CTX_KEY, principal_of
 from sokovan.manager.api.common import (
+    DEFAULT_LIMIT,
     DEPLOYMENTS_KEY,
     MAX_LIMIT,
     json_response,
@@ -43,8 +44,6 @@ from sokovan.manager.repositories.tenancy import Principal
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_LIMIT = 100
-
 
 def _id(request: web.Request, what: str = "deployment") -> uuid.UUID:
     return path_uuid(request, what=what)
@@ -55,7 +54,7 @@ def _not_found(what: str, ident: uuid.UUID) -> Problem:
 
 
 def _limit(request: web.Request) -> int:
-    return query_limit(request, DEFAULT_LIMIT)
+    return query_limit(request)
 
 
 def _statuses(request: web.Request, allowed: type[EndpointLifecycle] | type[RouteStatus]) -> list[str]:

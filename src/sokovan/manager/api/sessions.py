@@ -167,7 +167,7 @@ async def session_logs(request: web.Request) -> web.Response:
 
 _PAGING = (
     Param(
-        "limit", "query", "page size, 1-500 (default 50)", {"type": "integer", "minimum": 1, "maximum": 500}
+        "limit", "query", "page size, 1-500 (default 100)", {"type": "integer", "minimum": 1, "maximum": 500}
     ),
     Param("cursor", "query", "next_cursor of the previous page"),
 )
