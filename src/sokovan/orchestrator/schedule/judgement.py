@@ -34,13 +34,14 @@ def judge(
     by_id = {s.id: s for s in sessions}
     out: list[SessionTransition] = []
     kernel_guard = handler.kernels.statuses if handler.kernels else KernelStatus.non_terminal()
+    info: SessionStatusInfo | None
 
     def add(sid: uuid.UUID, res: SchedulingResult, to: TransitionStatus | None, **kw: Any) -> None:
         out.append(transition(handler, by_id[sid], res, to, **kw))
 
     for sid in result.successes:
-        add(sid, SchedulingResult.SUCCESS, table.success, kernel_expected=kernel_guard,
-            info=result.success_info.get(sid))  # fmt: skip
+        info = result.success_info.get(sid)
+        add(sid, SchedulingResult.SUCCESS, table.success, kernel_expected=kernel_guard, info=info)
     for sid, message in result.failures.items():
         session = by_id[sid]
         verdict = classify(
@@ -51,7 +52,6 @@ def judge(
         to = {SchedulingResult.GIVE_UP: table.give_up, SchedulingResult.EXPIRED: table.expired}.get(
             verdict, table.need_retry
         )
-        info: SessionStatusInfo | None
         if to is not None and to.session == SessionStatus.PENDING:
             info = requeue_info(session, message)
         elif verdict is SchedulingResult.EXPIRED:

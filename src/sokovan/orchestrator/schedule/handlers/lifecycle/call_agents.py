@@ -42,13 +42,21 @@ class AgentCall:
 
 
 PREPARE_SESSIONS = AgentCall(
-    "PrepareSessions", Phase.PREPARE, S.SCHEDULED, K.SCHEDULED, AgentRPCClient.check_and_pull,
-    TransitionStatus(S.PREPARING, K.PREPARING),
-)  # fmt: skip
+    name="PrepareSessions",
+    phase=Phase.PREPARE,
+    session=S.SCHEDULED,
+    kernel=K.SCHEDULED,
+    method=AgentRPCClient.check_and_pull,
+    to=TransitionStatus(S.PREPARING, K.PREPARING),
+)
 START_SESSIONS = AgentCall(
-    "StartSessions", Phase.START, S.PREPARED, K.PREPARED, AgentRPCClient.create_kernels,
-    TransitionStatus(S.CREATING, K.CREATING),
-)  # fmt: skip
+    name="StartSessions",
+    phase=Phase.START,
+    session=S.PREPARED,
+    kernel=K.PREPARED,
+    method=AgentRPCClient.create_kernels,
+    to=TransitionStatus(S.CREATING, K.CREATING),
+)
 
 
 class CallAgents(SessionHandler):
