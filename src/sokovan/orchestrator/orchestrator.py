@@ -59,6 +59,10 @@ from sokovan.orchestrator.schedule.handlers.promotion.promotions import (
     PROMOTE_TO_TERMINATED,
 )
 
+# The route lane is hinted whenever sessions move (a replica may have started or ended); it
+# coalesces those hints over this long, so a burst of ordinary sessions costs it a few cycles.
+ROUTE_DEBOUNCE = 0.05
+
 
 def session_lanes(
     engine: AsyncEngine, rpc: AgentRPCClient, config: ClusterConfig | None = None
@@ -168,7 +172,7 @@ class SokovanOrchestrator:
             for lane in deployments.lanes
         ]
         self.loops[Hint.ROUTE] = [
-            self._loop(f"{Hint.ROUTE}.{lane}", functools.partial(routes.cycle_lane, lane))
+            self._loop(f"{Hint.ROUTE}.{lane}", functools.partial(routes.cycle_lane, lane), ROUTE_DEBOUNCE)
             for lane in routes.lanes
         ]
         for loop in self.loops[Hint.DEPLOYMENT] + self.loops[Hint.ROUTE]:
@@ -176,12 +180,14 @@ class SokovanOrchestrator:
         for loop in self.loops[Hint.SCHEDULE]:
             loop.on_moved = functools.partial(self.hint, Hint.SCHEDULE, Hint.ROUTE)
 
-    def _loop(self, name: str, cycle: Callable[[], Awaitable[bool]]) -> CoordinatorLoop:
+    def _loop(
+        self, name: str, cycle: Callable[[], Awaitable[bool]], min_debounce: float = 0.0
+    ) -> CoordinatorLoop:
         return CoordinatorLoop(
             name,
             cycle,
             long_interval=lambda: self.config.loops.long_cycle_interval,
-            debounce=lambda: self.config.loops.short_cycle_debounce,
+            debounce=lambda: max(self.config.loops.short_cycle_debounce, min_debounce),
         )
 
     def hint(self, *coordinators: str) -> None:

@@ -3,7 +3,9 @@ app proxies send traffic; none yet is an empty list), and every route whose repl
 the proxies probe).
 
 It runs every cycle even with no HEALTHY route, so the proxies learn that a route left, and it
-keeps the gauge of replicas by route status. It changes no status.
+keeps the gauge of replicas by route status. It changes no status. An unchanged table is written
+again only every `REFRESH` seconds (so a Redis that lost it gets it back), and the gauge is
+recounted as often: the route lane cycles whenever sessions move, and most cycles change nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from sokovan.orchestrator.route.handler import R, RouteHandler, RouteTransitions
 from sokovan.orchestrator.spine.outcome import OutcomeResult
 from sokovan.state.serving_reads import RouteRow
 
+REFRESH = 5.0
+
 
 class ServiceDiscoverySync(RouteHandler):
     targets = frozenset({R.HEALTHY})
@@ -32,6 +36,8 @@ class ServiceDiscoverySync(RouteHandler):
     def __init__(self, engine: AsyncEngine, bus: RoutingBus) -> None:
         self._engine = engine
         self._bus = bus
+        self._published: tuple[str, float] = ("", 0.0)  # (table content, when)
+        self._counted = 0.0
 
     async def execute(self, rows: Sequence[RouteRow]) -> OutcomeResult:
         table = RoutingTable(generated_at=time.time())
@@ -58,8 +64,14 @@ class ServiceDiscoverySync(RouteHandler):
                     since=route.created_at.timestamp(),
                 )
             )
-        await publish_table(self._bus.redis, self._bus.prefix, self._bus.secret, table)
-        await self._count()
+        content = table.model_dump_json(exclude={"generated_at"})
+        last, at = self._published
+        if content != last or table.generated_at - at > REFRESH:
+            await publish_table(self._bus.redis, self._bus.prefix, self._bus.secret, table)
+            self._published = (content, table.generated_at)
+        if table.generated_at - self._counted > REFRESH:
+            await self._count()
+            self._counted = table.generated_at
         return OutcomeResult()
 
     async def _count(self) -> None:
