@@ -3,8 +3,11 @@
 Sizes come from the environment: BENCH_AGENTS (1000), BENCH_SESSIONS (10000), BENCH_CONCURRENCY
 (64), BENCH_STEADY_RATE (200), BENCH_STEADY_SECONDS (15), BENCH_MANAGER_WORKERS (2: one manager
 process per core), BENCH_REPEAT (3 rounds, each on a fresh cluster; medians are reported),
-BENCH_CYCLE (1: also time single cycles). Prints one JSON document and writes
-it to .dev/bench/result.json.
+BENCH_CYCLE (1: also time single cycles), BENCH_DEPLOYMENTS (200; 0 skips the deployments phase),
+BENCH_REPLICAS (5 per deployment). Prints one JSON document and writes it to .dev/bench/result.json.
+
+Each round: a steady run, then (on the emptied cluster, with an app proxy) the deployments phase of
+scripts/bench/deployments.py, then the burst.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from scripts.bench.cluster import ROOT, BenchCluster, dump, fresh_database, service_env
 from scripts.bench.cycle import cycle_cost
+from scripts.bench.deployments import HEALTH, deployments_phase
 from scripts.bench.load import burst, hold_agents, milestones, steady, wait_until
 
 
@@ -27,9 +31,16 @@ def env_int(name: str, default: int) -> int:
 
 
 async def one_round(
-    agents: int, sessions: int, concurrency: int, rate: int, steady_s: int, workers: int
+    agents: int,
+    sessions: int,
+    concurrency: int,
+    rate: int,
+    steady_s: int,
+    workers: int,
+    deployments: tuple[int, int],
+    number: int,
 ) -> dict[str, Any]:
-    """A fresh database, manager and fleet; a steady run, then a burst."""
+    """A fresh database, manager and fleet; a steady run, the deployments phase, then a burst."""
     out: dict[str, Any] = {}
     cluster = BenchCluster(agents, slots="cpu=16,mem=64g", workers=workers)
     try:
@@ -41,6 +52,9 @@ async def one_round(
         m = await milestones(cluster.engine, ids)
         out["steady_create_to_running_p50_ms"] = m["create_to_running_p50_ms"]
         out["steady_create_to_running_p99_ms"] = m["create_to_running_p99_ms"]
+        count, replicas = deployments
+        if count > 0:
+            out.update(await deployments_phase(cluster, count, replicas, f"r{number}"))
         # Burst: the fleet is held unschedulable while the sessions are created, then released
         # at once, so that placement and start-up are measured on a full queue rather than at
         # the pace of the REST clients.
@@ -71,6 +85,7 @@ async def main() -> dict[str, Any]:
     steady_s = env_int("BENCH_STEADY_SECONDS", 15)
     workers = env_int("BENCH_MANAGER_WORKERS", 2)
     repeat = env_int("BENCH_REPEAT", 3)
+    deployments = (env_int("BENCH_DEPLOYMENTS", 200), env_int("BENCH_REPLICAS", 5))
     result: dict[str, Any] = {
         "machine": {
             "cpus": os.cpu_count(),
@@ -83,8 +98,12 @@ async def main() -> dict[str, Any]:
         "steady_rate_per_s": rate,
         "manager_workers": workers,
         "rounds": repeat,
+        "deployments": {"count": deployments[0], "replicas": deployments[1], "health_check": HEALTH},
     }
-    rounds = [await one_round(agents, sessions, concurrency, rate, steady_s, workers) for _ in range(repeat)]
+    rounds = [
+        await one_round(agents, sessions, concurrency, rate, steady_s, workers, deployments, n)
+        for n in range(repeat)
+    ]
     result["median"] = {k: round(statistics.median(r[k] for r in rounds), 1) for k in rounds[0]}
     result["each_round"] = [{k: round(v, 1) for k, v in r.items()} for r in rounds]
     if os.environ.get("BENCH_CYCLE", "1") == "1":

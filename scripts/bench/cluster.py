@@ -51,7 +51,7 @@ class BenchCluster:
         }
         self.logdir = ROOT / ".dev" / "bench"
         self.logdir.mkdir(parents=True, exist_ok=True)
-        for old in ("manager.log", "bench.log"):  # each round's logs, not every round's
+        for old in ("manager.log", "bench.log", "proxy.log"):  # each round's logs, not every round's
             (self.logdir / old).unlink(missing_ok=True)
         self.cluster = LocalCluster(env, self.logdir, manager_args=("--workers", str(workers)))
         self.env = self.cluster.env
