@@ -15,14 +15,13 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import redis.asyncio as aioredis
 import structlog
-from redis.exceptions import RedisError
 
+from sokovan.agent.events import image_unavailable, kernel_ids
 from sokovan.agent.images import ImageCatalog
-from sokovan.agent.outbox import EventOutbox
 from sokovan.agent.process_backend import ProcessBackend
 from sokovan.agent.rpc_server import RPCServer, single_agent
+from sokovan.agent.runtime import AgentLink
 from sokovan.agent.service_ports import service_host
 from sokovan.common.events import (
     AgentHeartbeat,
@@ -31,6 +30,7 @@ from sokovan.common.events import (
     KernelPrepared,
     KernelPulling,
 )
+from sokovan.common.lifecycle import Service
 from sokovan.common.rpc import (
     AcceptedResponse,
     CheckAndPullRequest,
@@ -46,10 +46,6 @@ from sokovan.common.slots import ResourceSlots
 log = structlog.get_logger(__name__)
 
 DRAIN_TIMEOUT = 10.0
-
-
-class AgentStartError(RuntimeError):
-    """The daemon cannot start (no secret, port taken, Redis unreachable)."""
 
 
 @dataclass
@@ -71,21 +67,17 @@ class AgentConfig:
         return self.work_dir or Path(tempfile.gettempdir()) / f"sokovan-agent-{self.agent_id}"
 
 
-class AgentDaemon:
+class AgentDaemon(Service):
     """One agent with the process backend; `start()`, then `stop()` (or `run(stop_event)`)."""
 
     def __init__(self, settings: Settings, config: AgentConfig) -> None:
-        if not settings.cluster_secret:
-            raise AgentStartError("SOKOVAN_CLUSTER_SECRET is not set: the agent refuses to start")
+        self._link = AgentLink(settings, config.drop_events)
+        self._outbox = self._link.outbox
         self.settings = settings
         self.config = config
         self.agent_id = config.agent_id
         self.boot_id = uuid.uuid4().hex
         self.work_dir = config.resolved_work_dir()
-        self._redis = aioredis.Redis.from_url(settings.redis_url)
-        self._outbox = EventOutbox(
-            self._redis, settings.etcd_prefix, settings.cluster_secret, drop_events=config.drop_events
-        )
         self.backend = ProcessBackend(
             config.agent_id,
             self.work_dir,
@@ -94,10 +86,9 @@ class AgentDaemon:
             config.kill_grace,
             service_host=service_host(config.rpc_host),
         )
-        self._rpc = RPCServer(single_agent(self), settings.cluster_secret, config.rpc_host, config.rpc_port)
+        self._rpc = RPCServer(single_agent(self), self._link.secret, config.rpc_host, config.rpc_port)
         self._seq = 0
         self._stopping = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
         self._started = False
         self._stopped = False
 
@@ -106,29 +97,14 @@ class AgentDaemon:
         return self._rpc.rpc_addr
 
     async def start(self) -> None:
-        try:
-            await self._redis.ping()
-        except (RedisError, OSError) as exc:
-            await self._redis.aclose()
-            raise AgentStartError(f"cannot reach Redis at {self.settings.redis_url}: {exc}") from exc
-        try:
-            self.work_dir.mkdir(parents=True, exist_ok=True)
-            await self._rpc.start()
-        except OSError as exc:
-            await self._redis.aclose()
-            raise AgentStartError(f"cannot start the agent: {exc}") from exc
+        await self._link.open(
+            self._rpc, "the agent", prepare=lambda: self.work_dir.mkdir(parents=True, exist_ok=True)
+        )
         self._started = True
-        self._tasks.append(asyncio.create_task(self._outbox.run(), name="agent-outbox"))
+        self._link.spawn(self._outbox.run(), name="agent-outbox")
         self._heartbeat()  # the first heartbeat is the registration
-        self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="agent-heartbeat"))
+        self._link.spawn(self._heartbeat_loop(), name="agent-heartbeat")
         log.info("agent.started", agent_id=self.agent_id, rpc_addr=self.rpc_addr, boot_id=self.boot_id)
-
-    async def run(self, stop: asyncio.Event) -> None:
-        await self.start()
-        try:
-            await stop.wait()
-        finally:
-            await self.stop()
 
     async def stop(self) -> None:
         """Announce the stop, close the RPC server, destroy every kernel, flush the events."""
@@ -144,12 +120,7 @@ class AgentDaemon:
             log.error("agent.kernels_survived_stop", kernels=self.backend.running_kernels())
         if not await self._outbox.drain(DRAIN_TIMEOUT):
             log.warning("agent.events_lost_at_stop", agent_id=self.agent_id)
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await self._redis.aclose()
+        await self._link.close()
         log.info("agent.stopped", agent_id=self.agent_id)
 
     def _heartbeat(self) -> None:
@@ -180,12 +151,12 @@ class AgentDaemon:
 
     async def check_and_pull(self, request: CheckAndPullRequest) -> AcceptedResponse:
         for spec in request.kernels:
-            ids = {"agent_id": self.agent_id, "kernel_id": spec.kernel_id, "session_id": spec.session_id}
+            ids = kernel_ids(self.agent_id, spec)
             self._outbox.emit(KernelPulling(**ids))
             if spec.image in self.config.catalog:
                 self._outbox.emit(KernelPrepared(**ids))
             else:
-                message = f"image {spec.image!r} is not available on agent {self.agent_id}"
+                message = image_unavailable(spec.image, self.agent_id)
                 self._outbox.emit(KernelImagePullFailed(**ids, message=message))
         return AcceptedResponse(accepted=[spec.kernel_id for spec in request.kernels])
 

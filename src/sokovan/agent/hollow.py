@@ -21,17 +21,16 @@ import random
 import uuid
 from dataclasses import dataclass, field
 
-import redis.asyncio as aioredis
 import structlog
-from redis.exceptions import RedisError
 
-from sokovan.agent.daemon import AgentStartError
 from sokovan.agent.hollow_agent import HollowAgent, HollowBehaviour
 from sokovan.agent.hollow_services import HollowServices
 from sokovan.agent.images import ImageCatalog
 from sokovan.agent.outbox import EventOutbox
 from sokovan.agent.rpc_server import RPCServer
+from sokovan.agent.runtime import AgentLink
 from sokovan.common.events import AgentStopping
+from sokovan.common.lifecycle import Service
 from sokovan.common.settings import Settings
 from sokovan.common.slots import ResourceSlots
 
@@ -80,18 +79,14 @@ class HollowConfig:
             raise ValueError("the heartbeat interval must be positive")
 
 
-class HollowFleet:
+class HollowFleet(Service):
     """N virtual agents; `start()`, then `stop()` (or `run(stop_event)`)."""
 
     def __init__(self, settings: Settings, config: HollowConfig) -> None:
-        if not settings.cluster_secret:
-            raise AgentStartError("SOKOVAN_CLUSTER_SECRET is not set: the agent refuses to start")
+        self._link = AgentLink(settings, config.drop_events)
+        self._outbox = self._link.outbox
         self.settings = settings
         self.config = config
-        self._redis = aioredis.Redis.from_url(settings.redis_url)
-        self._outbox = EventOutbox(
-            self._redis, settings.etcd_prefix, settings.cluster_secret, drop_events=config.drop_events
-        )
         behaviour = HollowBehaviour(
             scaling_group=config.scaling_group,
             available_slots=config.slots.to_json(),
@@ -108,13 +103,12 @@ class HollowFleet:
         }
         self._rpc = RPCServer(
             self.agents.get,
-            settings.cluster_secret,
+            self._link.secret,
             config.rpc_host,
             config.rpc_port,
             extra_routes=self.services.add_routes,
         )
         self._stopping = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
         self._heartbeats: asyncio.Task[None] | None = None
         self._started = False
         self._stopped = False
@@ -131,22 +125,12 @@ class HollowFleet:
         return sum(len(agent.running_kernels()) for agent in self.agents.values())
 
     async def start(self) -> None:
-        try:
-            await self._redis.ping()
-        except (RedisError, OSError) as exc:
-            await self._redis.aclose()
-            raise AgentStartError(f"cannot reach Redis at {self.settings.redis_url}: {exc}") from exc
-        try:
-            await self._rpc.start()
-        except OSError as exc:
-            await self._redis.aclose()
-            raise AgentStartError(f"cannot start the hollow fleet: {exc}") from exc
+        await self._link.open(self._rpc, "the hollow fleet")
         assert self._rpc.bound_port is not None
         self.services.bind(self.config.rpc_host, self._rpc.bound_port)
         self._started = True
-        self._tasks.append(asyncio.create_task(self._outbox.run(), name="hollow-outbox"))
-        self._heartbeats = asyncio.create_task(self._heartbeat_loop(), name="hollow-heartbeat")
-        self._tasks.append(self._heartbeats)
+        self._link.spawn(self._outbox.run(), name="hollow-outbox")
+        self._heartbeats = self._link.spawn(self._heartbeat_loop(), name="hollow-heartbeat")
         log.info(
             "hollow.started",
             agents=len(self.agents),
@@ -154,13 +138,6 @@ class HollowFleet:
             rpc_addr=self.rpc_addr,
             heartbeat_interval=self.config.heartbeat_interval,
         )
-
-    async def run(self, stop: asyncio.Event) -> None:
-        await self.start()
-        try:
-            await stop.wait()
-        finally:
-            await self.stop()
 
     async def stop(self) -> None:
         """Stop beating, announce every agent's stop, close the RPC server, end every kernel."""
@@ -179,12 +156,7 @@ class HollowFleet:
             agent.shutdown()
         if not await self._outbox.drain(DRAIN_TIMEOUT):
             log.warning("hollow.events_lost_at_stop", unpublished=len(self._outbox))
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await self._redis.aclose()
+        await self._link.close()
         log.info("hollow.stopped", agents=len(self.agents), kernels_destroyed=kernels)
 
     async def _heartbeat_loop(self) -> None:

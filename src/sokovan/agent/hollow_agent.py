@@ -19,6 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from sokovan.agent.events import Ended, destroyed_again, image_unavailable, kernel_ids
 from sokovan.agent.hollow_services import HollowServices
 from sokovan.agent.images import ImageCatalog
 from sokovan.agent.process_backend import valid_kernel_id
@@ -103,7 +104,7 @@ class HollowAgent:
         self._images = behaviour.catalog.names()
         self._emit = emit
         self._live: dict[str, _Kernel] = {}
-        self._ended: OrderedDict[str, tuple[str, int | None, EndReason]] = OrderedDict()
+        self._ended: OrderedDict[str, Ended] = OrderedDict()
         self._pulls: set[asyncio.TimerHandle] = set()
         self._services = services if services is not None else HollowServices()
 
@@ -140,11 +141,10 @@ class HollowAgent:
         behaviour = self._behaviour
         outcomes: list[BaseModel] = []
         for spec in request.kernels:
-            ids = {"agent_id": self.agent_id, "kernel_id": spec.kernel_id, "session_id": spec.session_id}
+            ids = kernel_ids(self.agent_id, spec)
             self._emit(KernelPulling(**ids))
             if spec.image not in behaviour.catalog:
-                message = f"image {spec.image!r} is not available on agent {self.agent_id}"
-                self._emit(KernelImagePullFailed(**ids, message=message))
+                self._emit(KernelImagePullFailed(**ids, message=image_unavailable(spec.image, self.agent_id)))
             elif behaviour.pull_failure_rate > 0 and behaviour.rng.random() < behaviour.pull_failure_rate:
                 message = f"simulated pull failure of image {spec.image!r} on agent {self.agent_id}"
                 outcomes.append(KernelImagePullFailed(**ids, message=message))
@@ -201,16 +201,9 @@ class HollowAgent:
         if not valid_kernel_id(spec.kernel_id):
             problem = f"invalid kernel id {spec.kernel_id!r}"
         elif spec.image not in self._behaviour.catalog:
-            problem = f"image {spec.image!r} is not available on agent {self.agent_id}"
+            problem = image_unavailable(spec.image, self.agent_id)
         if problem is not None:
-            self._emit(
-                KernelCreationFailed(
-                    agent_id=self.agent_id,
-                    kernel_id=spec.kernel_id,
-                    session_id=spec.session_id,
-                    message=problem,
-                )
-            )
+            self._emit(KernelCreationFailed(**kernel_ids(self.agent_id, spec), message=problem))
             return
         kernel = _Kernel(spec.kernel_id, spec.session_id)
         if spec.session_type == INFERENCE:
@@ -233,18 +226,13 @@ class HollowAgent:
             self.agent_id,
             item,
             live=kernel is not None,
-            ended=(ended[1], ended[2]) if ended is not None else None,
+            ended=(ended.exit_code, ended.reason) if ended is not None else None,
             image_available=item.image in self._behaviour.catalog,
             service_addr=kernel.service_addr if kernel is not None else None,
         )
 
     def _running(self, kernel: _Kernel) -> KernelRunning:
-        return KernelRunning(
-            agent_id=self.agent_id,
-            kernel_id=kernel.kernel_id,
-            session_id=kernel.session_id,
-            service_addr=kernel.service_addr,
-        )
+        return KernelRunning(**kernel_ids(self.agent_id, kernel), service_addr=kernel.service_addr)
 
     def _exited(self, kernel: _Kernel) -> None:
         if self._live.get(kernel.kernel_id) is kernel:
@@ -255,16 +243,7 @@ class HollowAgent:
         if kernel is not None:
             self._end(kernel, EXIT_KILL if forced else EXIT_TERM, "destroyed")
             return
-        ended = self._ended.get(kernel_id)
-        self._emit(
-            KernelTerminated(
-                agent_id=self.agent_id,
-                kernel_id=kernel_id,
-                session_id=ended[0] if ended else "",
-                exit_code=ended[1] if ended else None,
-                reason="destroyed" if ended else "unknown",
-            )
-        )
+        self._emit(destroyed_again(self.agent_id, kernel_id, self._ended.get(kernel_id)))
 
     def _end(self, kernel: _Kernel, exit_code: int, reason: EndReason) -> None:
         del self._live[kernel.kernel_id]
@@ -273,15 +252,7 @@ class HollowAgent:
         if kernel.timer is not None:
             kernel.timer.cancel()
             kernel.timer = None
-        self._ended[kernel.kernel_id] = (kernel.session_id, exit_code, reason)
+        self._ended[kernel.kernel_id] = Ended(kernel.session_id, exit_code, reason)
         while len(self._ended) > MAX_ENDED:
             self._ended.popitem(last=False)
-        self._emit(
-            KernelTerminated(
-                agent_id=self.agent_id,
-                kernel_id=kernel.kernel_id,
-                session_id=kernel.session_id,
-                exit_code=exit_code,
-                reason=reason,
-            )
-        )
+        self._emit(KernelTerminated(**kernel_ids(self.agent_id, kernel), exit_code=exit_code, reason=reason))

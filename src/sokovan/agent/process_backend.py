@@ -20,25 +20,20 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import structlog
 from pydantic import BaseModel
 
+from sokovan.agent.events import Ended, EndReason, destroyed_again, image_unavailable, kernel_ids
 from sokovan.agent.images import ImageCatalog
 from sokovan.agent.reconcile import reconcile_event
 from sokovan.agent.service_ports import INFERENCE, PortAllocator
-from sokovan.common.events import (
-    KernelCreationFailed,
-    KernelRunning,
-    KernelTerminated,
-)
+from sokovan.common.events import KernelCreationFailed, KernelRunning, KernelTerminated
 from sokovan.common.rpc import KernelSpec, LogsResponse, ReconcileItem
 
 log = structlog.get_logger(__name__)
 
 Emit = Callable[[BaseModel], None]
-EndReason = Literal["exited", "destroyed", "oom"]
 
 IDLE_COMMAND = "exec sleep 2147483647"
 LOG_TAIL_BYTES = 64 * 1024
@@ -58,13 +53,6 @@ class _Kernel:
     killer: asyncio.Task[None] | None = None
     watcher: asyncio.Task[None] | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-@dataclass(frozen=True)
-class _Ended:
-    session_id: str
-    exit_code: int | None
-    reason: EndReason
 
 
 def valid_kernel_id(kernel_id: str) -> bool:
@@ -118,7 +106,7 @@ class ProcessBackend:
         self.ports = PortAllocator()
         self._emit = emit
         self._live: dict[str, _Kernel] = {}
-        self._ended: OrderedDict[str, _Ended] = OrderedDict()
+        self._ended: OrderedDict[str, Ended] = OrderedDict()
         # Spawning and looking up are serialized so that a destroy sent right after a create
         # always finds the kernel, and a repeated create never starts a second process.
         self._lock = asyncio.Lock()
@@ -137,14 +125,7 @@ class ProcessBackend:
             except (OSError, ValueError) as exc:
                 message = str(exc) if isinstance(exc, ValueError) else f"cannot start the kernel: {exc}"
                 log.warning("kernel.creation_failed", kernel_id=spec.kernel_id, error=message)
-                self._emit(
-                    KernelCreationFailed(
-                        agent_id=self.agent_id,
-                        kernel_id=spec.kernel_id,
-                        session_id=spec.session_id,
-                        message=message,
-                    )
-                )
+                self._emit(KernelCreationFailed(**kernel_ids(self.agent_id, spec), message=message))
                 return
             self._live[spec.kernel_id] = kernel
             self._ended.pop(spec.kernel_id, None)
@@ -157,7 +138,7 @@ class ProcessBackend:
             raise ValueError(f"invalid kernel id {spec.kernel_id!r}")
         image = self.catalog.get(spec.image)
         if image is None:
-            raise ValueError(f"image {spec.image!r} is not available on agent {self.agent_id}")
+            raise ValueError(image_unavailable(spec.image, self.agent_id))
         directory = self.work_dir / spec.kernel_id
         directory.mkdir(parents=True, exist_ok=True)
         env = {"HOME": str(directory), **image.environment(), **spec.environ}
@@ -176,11 +157,7 @@ class ProcessBackend:
 
     def _running_event(self, kernel: _Kernel) -> KernelRunning:
         return KernelRunning(
-            agent_id=self.agent_id,
-            kernel_id=kernel.kernel_id,
-            session_id=kernel.session_id,
-            pid=kernel.proc.pid,
-            service_addr=kernel.service_addr,
+            **kernel_ids(self.agent_id, kernel), pid=kernel.proc.pid, service_addr=kernel.service_addr
         )
 
     async def _watch(self, kernel: _Kernel) -> None:
@@ -189,19 +166,11 @@ class ProcessBackend:
         exit_code, reason = self._classify(kernel, returncode)
         self._live.pop(kernel.kernel_id, None)
         self.ports.release(kernel.port)
-        self._ended[kernel.kernel_id] = _Ended(kernel.session_id, exit_code, reason)
+        self._ended[kernel.kernel_id] = Ended(kernel.session_id, exit_code, reason)
         while len(self._ended) > MAX_REMEMBERED:
             self._ended.popitem(last=False)
         log.info("kernel.terminated", kernel_id=kernel.kernel_id, exit_code=exit_code, reason=reason)
-        self._emit(
-            KernelTerminated(
-                agent_id=self.agent_id,
-                kernel_id=kernel.kernel_id,
-                session_id=kernel.session_id,
-                exit_code=exit_code,
-                reason=reason,
-            )
-        )
+        self._emit(KernelTerminated(**kernel_ids(self.agent_id, kernel), exit_code=exit_code, reason=reason))
         kernel.done.set()
 
     @staticmethod
@@ -223,16 +192,7 @@ class ProcessBackend:
         async with self._lock:
             kernel = self._live.get(kernel_id)
         if kernel is None:
-            ended = self._ended.get(kernel_id)
-            self._emit(
-                KernelTerminated(
-                    agent_id=self.agent_id,
-                    kernel_id=kernel_id,
-                    session_id=ended.session_id if ended else "",
-                    exit_code=ended.exit_code if ended else None,
-                    reason="destroyed" if ended else "unknown",
-                )
-            )
+            self._emit(destroyed_again(self.agent_id, kernel_id, self._ended.get(kernel_id)))
             return
         kernel.destroy_requested = True
         if forced:

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from sokovan.agent.events import image_unavailable, kernel_ids
 from sokovan.common.events import KernelImagePullFailed, KernelPrepared, KernelRunning, KernelTerminated
 from sokovan.common.rpc import ReconcileItem
 
@@ -28,7 +29,7 @@ def reconcile_event(
     image_available: bool = False,
     service_addr: str | None = None,
 ) -> BaseModel:
-    ids = {"agent_id": agent_id, "kernel_id": item.kernel_id, "session_id": item.session_id}
+    ids = kernel_ids(agent_id, item)
     if live:
         return KernelRunning(**ids, pid=pid, service_addr=service_addr)
     if ended is not None:
@@ -36,9 +37,7 @@ def reconcile_event(
     if item.phase == "pull":
         if image_available:
             return KernelPrepared(**ids)
-        return KernelImagePullFailed(
-            **ids, message=f"image {item.image!r} is not available on agent {agent_id}"
-        )
+        return KernelImagePullFailed(**ids, message=image_unavailable(item.image, agent_id))
     if item.phase == "run":
         return KernelTerminated(**ids, exit_code=None, reason="lost")
     return KernelTerminated(**ids, exit_code=None, reason="unknown")

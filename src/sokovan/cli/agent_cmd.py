@@ -18,19 +18,21 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
-from sokovan.agent.daemon import AgentConfig, AgentDaemon, AgentStartError
+from sokovan.agent.daemon import AgentConfig, AgentDaemon
 from sokovan.agent.hollow import DEFAULT_SLOTS, HollowConfig, HollowFleet
 from sokovan.agent.images import ImageCatalog, ImageCatalogError
 from sokovan.agent.outbox import parse_event_names
 from sokovan.agent.process_backend import install_child_watcher
-from sokovan.cli.common import config_option, load_or_exit
+from sokovan.agent.runtime import AgentStartError
+from sokovan.cli.common import config_option, load_with_secret
+from sokovan.common.lifecycle import stop_on_signals
 from sokovan.common.settings import ConfigFileError, Settings, read_config_file
 from sokovan.common.slots import ResourceSlots, SlotError
 
@@ -77,42 +79,49 @@ def _slots(flag: str | None, file_value: Any, default: str | None = None) -> Res
     return ResourceSlots.parse_cli(default) if default is not None else host_slots()
 
 
-def build_config(
-    file_values: dict[str, Any],
-    *,
-    agent_id: str | None,
-    scaling_group: str | None,
-    slots: str | None,
-    rpc_host: str | None,
-    rpc_port: int | None,
-    images: str | None,
-    work_dir: str | None,
-    kill_grace: float | None,
-    heartbeat_interval: float | None,
-    max_kernels: int | None = None,
-    drop_events: str | None = None,
-) -> AgentConfig:
+@dataclass(frozen=True)
+class AgentFlags:
+    """The command's options as given on the command line (None: not given)."""
+
+    agent_id: str | None = None
+    scaling_group: str | None = None
+    slots: str | None = None
+    rpc_host: str | None = None
+    rpc_port: int | None = None
+    images: str | None = None
+    work_dir: str | None = None
+    kill_grace: float | None = None
+    heartbeat_interval: float | None = None
+    simulate: int | None = None
+    pull_delay: float | None = None
+    pull_failure_rate: float | None = None
+    seed: int | None = None
+    max_kernels: int | None = None
+    drop_events: str | None = None
+
+
+def build_config(file_values: dict[str, Any], flags: AgentFlags) -> AgentConfig:
     """Merge flags over config-file values over defaults; every bad value is a ClickException."""
-    port = _pick(rpc_port, file_values, "rpc_port", int)
+    port = _pick(flags.rpc_port, file_values, "rpc_port", int)
     if port is not None and not 0 <= port <= 65535:
         raise click.ClickException(f"rpc port {port} is out of range")
-    grace = _pick(kill_grace, file_values, "kill_grace", (int, float))
-    interval = _pick(heartbeat_interval, file_values, "heartbeat_interval", (int, float))
+    grace = _pick(flags.kill_grace, file_values, "kill_grace", (int, float))
+    interval = _pick(flags.heartbeat_interval, file_values, "heartbeat_interval", (int, float))
     if grace is not None and grace < 0:
         raise click.ClickException("kill grace must not be negative")
     if interval is not None and interval <= 0:
         raise click.ClickException("heartbeat interval must be positive")
-    catalog_file = _pick(images, file_values, "images", str)
+    catalog_file = _pick(flags.images, file_values, "images", str)
     try:
         catalog = ImageCatalog.from_file(catalog_file)
     except ImageCatalogError as exc:
         raise click.ClickException(str(exc)) from exc
-    work = _pick(work_dir, file_values, "work_dir", str)
+    work = _pick(flags.work_dir, file_values, "work_dir", str)
     config = AgentConfig(
-        agent_id=_pick(agent_id, file_values, "id", str) or socket.gethostname(),
-        scaling_group=_pick(scaling_group, file_values, "scaling_group", str) or "default",
-        slots=_slots(slots, file_values.get("slots")),
-        rpc_host=_pick(rpc_host, file_values, "rpc_host", str) or "127.0.0.1",
+        agent_id=_pick(flags.agent_id, file_values, "id", str) or socket.gethostname(),
+        scaling_group=_pick(flags.scaling_group, file_values, "scaling_group", str) or "default",
+        slots=_slots(flags.slots, file_values.get("slots")),
+        rpc_host=_pick(flags.rpc_host, file_values, "rpc_host", str) or "127.0.0.1",
         rpc_port=6011 if port is None else port,
         catalog=catalog,
         work_dir=Path(work) if work else None,
@@ -121,8 +130,8 @@ def build_config(
         config.kill_grace = float(grace)
     if interval is not None:
         config.heartbeat_interval = float(interval)
-    config.max_kernels = _max_kernels(max_kernels, file_values)
-    config.drop_events = _drop_events(drop_events, file_values)
+    config.max_kernels = _max_kernels(flags.max_kernels, file_values)
+    config.drop_events = _drop_events(flags.drop_events, file_values)
     return config
 
 
@@ -144,33 +153,25 @@ def _max_kernels(flag: int | None, file_values: dict[str, Any]) -> int | None:
 
 
 def build_hollow_config(
-    file_values: dict[str, Any],
-    base: AgentConfig,
-    *,
-    count: int,
-    prefix: str | None,
-    slots: str | None,
-    heartbeat_interval: float | None,
-    pull_delay: float | None,
-    pull_failure_rate: float | None,
-    seed: int | None,
+    file_values: dict[str, Any], base: AgentConfig, flags: AgentFlags, count: int
 ) -> HollowConfig:
-    """The hollow fleet's options: the agent's, with the fleet's own defaults where they differ."""
+    """The hollow fleet's options: the agent's, with the fleet's own defaults where they differ
+    (`--id` is the prefix of the agents' ids)."""
     if count < 1:
         raise click.ClickException("--simulate needs at least 1 agent")
-    delay = _pick(pull_delay, file_values, "pull_delay", (int, float))
-    rate = _pick(pull_failure_rate, file_values, "pull_failure_rate", (int, float))
-    chosen_seed = _pick(seed, file_values, "seed", int)
-    interval = _pick(heartbeat_interval, file_values, "heartbeat_interval", (int, float))
+    delay = _pick(flags.pull_delay, file_values, "pull_delay", (int, float))
+    rate = _pick(flags.pull_failure_rate, file_values, "pull_failure_rate", (int, float))
+    chosen_seed = _pick(flags.seed, file_values, "seed", int)
+    interval = _pick(flags.heartbeat_interval, file_values, "heartbeat_interval", (int, float))
     if delay is not None and delay < 0:
         raise click.ClickException("pull delay must not be negative")
     if rate is not None and not 0 <= rate <= 1:
         raise click.ClickException("pull failure rate must be between 0 and 1")
     config = HollowConfig(
         count=count,
-        prefix=_pick(prefix, file_values, "id", str) or "hollow",
+        prefix=_pick(flags.agent_id, file_values, "id", str) or "hollow",
         scaling_group=base.scaling_group,
-        slots=_slots(slots, file_values.get("slots"), DEFAULT_SLOTS),
+        slots=_slots(flags.slots, file_values.get("slots"), DEFAULT_SLOTS),
         rpc_host=base.rpc_host,
         rpc_port=base.rpc_port,
         catalog=base.catalog,
@@ -189,11 +190,7 @@ async def _serve(settings: Settings, config: AgentConfig | HollowConfig) -> None
     daemon = (
         AgentDaemon(settings, config) if isinstance(config, AgentConfig) else HollowFleet(settings, config)
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await daemon.run(stop)
+    await daemon.run(stop_on_signals())
 
 
 @click.command()
@@ -239,60 +236,19 @@ async def _serve(settings: Settings, config: AgentConfig | HollowConfig) -> None
     metavar="NAME[,NAME...]",
     help="For tests: drop the first event of each named kind (e.g. kernel.running).",
 )
-def agent(
-    config: str | None,
-    agent_id: str | None,
-    scaling_group: str | None,
-    slots: str | None,
-    rpc_host: str | None,
-    rpc_port: int | None,
-    images: str | None,
-    work_dir: str | None,
-    kill_grace: float | None,
-    heartbeat_interval: float | None,
-    simulate: int | None,
-    pull_delay: float | None,
-    pull_failure_rate: float | None,
-    seed: int | None,
-    max_kernels: int | None,
-    drop_events: str | None,
-) -> None:
+def agent(config: str | None, **options: Any) -> None:
     """Run an agent daemon whose kernels are OS processes (or, with --simulate N, N hollow agents)."""
-    settings = load_or_exit(config)
-    if not settings.cluster_secret:
-        raise click.ClickException("SOKOVAN_CLUSTER_SECRET is not set: the agent refuses to start")
+    flags = AgentFlags(**options)
+    settings = load_with_secret(config, "the agent refuses to start")
     try:
         file_values = read_config_file(config)
     except ConfigFileError as exc:
         raise click.ClickException(str(exc)) from exc
-    count = _pick(simulate, file_values, "simulate", int)
-    agent_config = build_config(
-        file_values,
-        agent_id=agent_id,
-        scaling_group=scaling_group,
-        slots=slots,
-        rpc_host=rpc_host,
-        rpc_port=rpc_port,
-        images=images,
-        work_dir=work_dir,
-        kill_grace=kill_grace,
-        heartbeat_interval=heartbeat_interval,
-        max_kernels=max_kernels,
-        drop_events=drop_events,
-    )
+    count = _pick(flags.simulate, file_values, "simulate", int)
+    agent_config = build_config(file_values, flags)
     run_config: AgentConfig | HollowConfig = agent_config
     if count is not None:
-        run_config = build_hollow_config(
-            file_values,
-            agent_config,
-            count=count,
-            prefix=agent_id,
-            slots=slots,
-            heartbeat_interval=heartbeat_interval,
-            pull_delay=pull_delay,
-            pull_failure_rate=pull_failure_rate,
-            seed=seed,
-        )
+        run_config = build_hollow_config(file_values, agent_config, flags, count)
     else:
         install_child_watcher()
     try:

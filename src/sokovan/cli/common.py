@@ -23,3 +23,11 @@ def load_or_exit(config: str | None) -> Settings:
         return load_settings(config)
     except ConfigFileError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def load_with_secret(config: str | None, refusal: str) -> Settings:
+    """The settings of a daemon that needs the cluster secret; without one, `refusal` ends the command."""
+    settings = load_or_exit(config)
+    if not settings.cluster_secret:
+        raise click.ClickException(f"SOKOVAN_CLUSTER_SECRET is not set: {refusal}")
+    return settings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sokovan.cli.common import config_option, load_or_exit
+from sokovan.cli.common import config_option, load_with_secret
 from sokovan.common.logging import setup_logging
 
 
@@ -20,11 +20,7 @@ from sokovan.common.logging import setup_logging
 @click.option("--reuse-port", is_flag=True, hidden=True, help="Bind the API port with SO_REUSEPORT.")
 def manager(config: str | None, workers: int, reuse_port: bool) -> None:
     """Run the manager: REST v2 API + SokovanOrchestrator."""
-    settings = load_or_exit(config)
-    if not settings.cluster_secret:
-        raise click.ClickException(
-            "SOKOVAN_CLUSTER_SECRET is not set: the manager refuses to start without it"
-        )
+    settings = load_with_secret(config, "the manager refuses to start without it")
     setup_logging()
     from sokovan.manager.daemon import serve
 

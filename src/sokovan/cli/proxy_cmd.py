@@ -8,11 +8,11 @@ and `SOKOVAN_PROXY_PUBLIC_URL`. SIGINT and SIGTERM stop it cleanly.
 from __future__ import annotations
 
 import asyncio
-import signal
 
 import click
 
-from sokovan.cli.common import config_option, load_or_exit
+from sokovan.cli.common import config_option, load_with_secret
+from sokovan.common.lifecycle import stop_on_signals
 from sokovan.common.logging import setup_logging
 from sokovan.common.settings import Settings
 
@@ -31,11 +31,7 @@ async def _serve(settings: Settings, host: str, port: int, public_url: str | Non
     proxy = AppProxy(
         settings, ProxyConfig(host=host, port=port, public_url=public_url, probe_concurrency=concurrency)
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await proxy.run(stop)
+    await proxy.run(stop_on_signals())
 
 
 @click.command()
@@ -62,9 +58,7 @@ async def _serve(settings: Settings, host: str, port: int, public_url: str | Non
 )
 def proxy(config: str | None, bind: str, public_url: str | None, probe_concurrency: int) -> None:
     """Run the app proxy: forward /<deployment>/... to HEALTHY replicas, probe their health."""
-    settings = load_or_exit(config)
-    if not settings.cluster_secret:
-        raise click.ClickException("SOKOVAN_CLUSTER_SECRET is not set: the proxy refuses to start without it")
+    settings = load_with_secret(config, "the proxy refuses to start without it")
     host, port = parse_bind(bind)
     setup_logging()
     from sokovan.proxy import ProxyStartError

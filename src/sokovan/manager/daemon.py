@@ -20,6 +20,7 @@ from sokovan.bus.hints import Hint, HintPublisher, listen_hints
 from sokovan.bus.routing import RoutingBus
 from sokovan.bus.streams import EventConsumer, consumer_backlog
 from sokovan.bus.user_events import UserEventPublisher
+from sokovan.common.lifecycle import stop_on_signals
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.settings import Settings
 from sokovan.config.cluster import ClusterConfig, EtcdConfigWatcher
@@ -113,11 +114,7 @@ def serve(settings: Settings, workers: int = 1, reuse_port: bool = False) -> Non
         reuse_port = True
 
     async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await run_manager(settings, stop, reuse_port=reuse_port)
+        await run_manager(settings, stop_on_signals(), reuse_port=reuse_port)
 
     try:
         asyncio.run(main())

@@ -32,6 +32,7 @@ from sokovan.bus.routing import (
     unregister_proxy,
     write_reports,
 )
+from sokovan.common.lifecycle import Service
 from sokovan.common.settings import Settings
 from sokovan.proxy.app import create_app
 from sokovan.proxy.backoff import sleep_unless
@@ -70,7 +71,7 @@ def default_public_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-class AppProxy:
+class AppProxy(Service):
     def __init__(self, settings: Settings, config: ProxyConfig | None = None) -> None:
         if not settings.cluster_secret:
             raise ProxyStartError("SOKOVAN_CLUSTER_SECRET is not set: the proxy refuses to start without it")
@@ -139,13 +140,6 @@ class AppProxy:
             asyncio.create_task(self._register_loop(), name="proxy-register"),
         ]
         log.info("proxy.started", bind=f"{cfg.host}:{port}", url=self.url, proxy_id=self.proxy_id)
-
-    async def run(self, stop: asyncio.Event) -> None:
-        await self.start()
-        try:
-            await stop.wait()
-        finally:
-            await self.stop()
 
     async def stop(self) -> None:
         if self._stop.is_set():
