@@ -7,7 +7,7 @@ from aiohttp import web
 from sokovan.common.types import AgentStatus
 from sokovan.manager.api.admin_schemas import AgentList, AgentOut
 from sokovan.manager.api.auth import CTX_KEY, principal_of
-from sokovan.manager.api.common import json_response, query_csv, query_limit
+from sokovan.manager.api.common import found, json_response, query_csv, read_page
 from sokovan.manager.api.openapi import Param, Route
 from sokovan.manager.api.problems import Problem
 from sokovan.manager.repositories import agents_read
@@ -21,12 +21,9 @@ async def list_agents(request: web.Request) -> web.Response:
         raise Problem(400, "Bad query parameter", f"unknown agent status: {', '.join(bad)}")
     flt = agents_read.AgentFilter(statuses=statuses, scaling_group=request.query.get("scaling_group") or None)
     async with request.app[CTX_KEY].engine.connect() as conn:
-        try:
-            items, cursor = await agents_read.list_agents(
-                conn, flt, query_limit(request), request.query.get("cursor") or None
-            )
-        except ValueError as exc:
-            raise Problem(400, "Bad query parameter", f"cursor: {exc}") from exc
+        items, cursor = await read_page(
+            request, lambda limit, after: agents_read.list_agents(conn, flt, limit, after)
+        )
     return json_response(AgentList(items=[AgentOut.model_validate(i) for i in items], next_cursor=cursor))
 
 
@@ -35,9 +32,7 @@ async def get_agent(request: web.Request) -> web.Response:
     agent_id = request.match_info["id"]
     async with request.app[CTX_KEY].engine.connect() as conn:
         view = await agents_read.get_agent(conn, agent_id)
-    if view is None:
-        raise Problem(404, "Not found", f"agent {agent_id!r} not found", slug="not-found")
-    return json_response(AgentOut.model_validate(view))
+    return json_response(found(AgentOut, view, "agent", repr(agent_id)))
 
 
 ROUTES = [

@@ -9,22 +9,24 @@ answer costs the endpoint (null), never the request.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 
 import structlog
 from aiohttp import web
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.bus.routing import proxy_urls
 from sokovan.common.types import EndpointLifecycle, RouteStatus
 from sokovan.manager.api.auth import CTX_KEY, principal_of
 from sokovan.manager.api.common import (
-    DEFAULT_LIMIT,
     DEPLOYMENTS_KEY,
-    MAX_LIMIT,
+    PAGING,
+    found,
     json_response,
     path_uuid,
     query_bool,
     query_csv,
-    query_limit,
+    read_page,
 )
 from sokovan.manager.api.deployment_schemas import (
     DeploymentDefinition,
@@ -37,7 +39,7 @@ from sokovan.manager.api.deployment_schemas import (
     RouteOut,
 )
 from sokovan.manager.api.openapi import Param, Route
-from sokovan.manager.api.problems import Problem, parse_body
+from sokovan.manager.api.problems import Problem, not_found, parse_body
 from sokovan.manager.controller.deployment_spec import DeploymentCreateRequest, DeploymentScaleRequest
 from sokovan.manager.repositories import deployments_read
 from sokovan.manager.repositories.tenancy import Principal
@@ -47,14 +49,6 @@ log = structlog.get_logger(__name__)
 
 def _id(request: web.Request, what: str = "deployment") -> uuid.UUID:
     return path_uuid(request, what=what)
-
-
-def _not_found(what: str, ident: uuid.UUID) -> Problem:
-    return Problem(404, "Not found", f"{what} {ident} not found", slug="not-found")
-
-
-def _limit(request: web.Request) -> int:
-    return query_limit(request)
 
 
 def _statuses(request: web.Request, allowed: type[EndpointLifecycle] | type[RouteStatus]) -> list[str]:
@@ -83,9 +77,7 @@ async def _deployment_or_404(
     proxy = await _proxy_url(request)
     async with request.app[CTX_KEY].engine.connect() as conn:
         view = await deployments_read.get_deployment(conn, deployment_id, principal, proxy)
-    if view is None:
-        raise _not_found("deployment", deployment_id)
-    return DeploymentOut.model_validate(view)
+    return found(DeploymentOut, view, "deployment", deployment_id)
 
 
 async def create_deployment(request: web.Request) -> web.Response:
@@ -115,12 +107,10 @@ async def list_deployments(request: web.Request) -> web.Response:
     flt = deployments_read.DeploymentFilter(statuses=statuses, owner=owner)
     proxy = await _proxy_url(request)
     async with request.app[CTX_KEY].engine.connect() as conn:
-        try:
-            items, cursor = await deployments_read.list_deployments(
-                conn, principal, flt, _limit(request), request.query.get("cursor") or None, proxy
-            )
-        except ValueError as exc:
-            raise Problem(400, "Bad query parameter", f"cursor: {exc}") from exc
+        items, cursor = await read_page(
+            request,
+            lambda limit, after: deployments_read.list_deployments(conn, principal, flt, limit, after, proxy),
+        )
     return json_response(
         DeploymentList(items=[DeploymentOut.model_validate(i) for i in items], next_cursor=cursor)
     )
@@ -147,45 +137,42 @@ async def deployment_routes(request: web.Request) -> web.Response:
     statuses = _statuses(request, RouteStatus)
     async with request.app[CTX_KEY].engine.connect() as conn:
         if not await deployments_read.deployment_is_visible(conn, deployment_id, principal):
-            raise _not_found("deployment", deployment_id)
-        try:
-            items, cursor = await deployments_read.list_routes(
-                conn, deployment_id, statuses, _limit(request), request.query.get("cursor") or None
-            )
-        except ValueError as exc:
-            raise Problem(400, "Bad query parameter", f"cursor: {exc}") from exc
+            raise not_found("deployment", deployment_id)
+        items, cursor = await read_page(
+            request,
+            lambda limit, after: deployments_read.list_routes(conn, deployment_id, statuses, limit, after),
+        )
     return json_response(RouteList(items=[RouteOut.model_validate(i) for i in items], next_cursor=cursor))
 
 
 async def deployment_history(request: web.Request) -> web.Response:
-    principal = principal_of(request)
-    deployment_id = _id(request)
-    async with request.app[CTX_KEY].engine.connect() as conn:
-        if not await deployments_read.deployment_is_visible(conn, deployment_id, principal):
-            raise _not_found("deployment", deployment_id)
-        try:
-            items, cursor = await deployments_read.list_deployment_history(
-                conn, deployment_id, _limit(request), request.query.get("cursor") or None
-            )
-        except ValueError as exc:
-            raise Problem(400, "Bad query parameter", f"cursor: {exc}") from exc
-    return json_response(
-        HandlerRunList(items=[HandlerRun.model_validate(i) for i in items], next_cursor=cursor)
+    return await _history(
+        request,
+        "deployment",
+        deployments_read.deployment_is_visible,
+        deployments_read.list_deployment_history,
     )
 
 
 async def route_history(request: web.Request) -> web.Response:
+    return await _history(
+        request, "route", deployments_read.route_is_visible, deployments_read.list_route_history
+    )
+
+
+async def _history(
+    request: web.Request,
+    what: str,
+    is_visible: Callable[[AsyncConnection, uuid.UUID, Principal], Awaitable[bool]],
+    list_history: Callable[[AsyncConnection, uuid.UUID, int, str | None], Awaitable[deployments_read.Page]],
+) -> web.Response:
+    """The handler runs of the deployment or route `{id}` (`what`), if the caller may see it."""
     principal = principal_of(request)
-    route_id = _id(request, "route")
+    ident = _id(request, what)
     async with request.app[CTX_KEY].engine.connect() as conn:
-        if not await deployments_read.route_is_visible(conn, route_id, principal):
-            raise _not_found("route", route_id)
-        try:
-            items, cursor = await deployments_read.list_route_history(
-                conn, route_id, _limit(request), request.query.get("cursor") or None
-            )
-        except ValueError as exc:
-            raise Problem(400, "Bad query parameter", f"cursor: {exc}") from exc
+        if not await is_visible(conn, ident, principal):
+            raise not_found(what, ident)
+        items, cursor = await read_page(request, lambda limit, after: list_history(conn, ident, limit, after))
     return json_response(
         HandlerRunList(items=[HandlerRun.model_validate(i) for i in items], next_cursor=cursor)
     )
@@ -193,15 +180,6 @@ async def route_history(request: web.Request) -> web.Response:
 
 DEPLOYMENT_ID = Param("id", "path", "deployment id (UUID)", {"type": "string", "format": "uuid"}, True)
 ROUTE_ID = Param("id", "path", "route id (UUID)", {"type": "string", "format": "uuid"}, True)
-_PAGING = (
-    Param(
-        "limit",
-        "query",
-        f"page size, 1-{MAX_LIMIT} (default {DEFAULT_LIMIT})",
-        {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
-    ),
-    Param("cursor", "query", "next_cursor of the previous page"),
-)
 
 ROUTES = [
     Route(
@@ -230,7 +208,7 @@ ROUTES = [
         params=(
             Param("status", "query", "comma-separated statuses (EndpointLifecycle)"),
             Param("owner", "query", "user name (admins only)"),
-            *_PAGING,
+            *PAGING,
         ),
     ),
     Route(
@@ -264,7 +242,7 @@ ROUTES = [
         deployment_routes,
         "The deployment's routes (one per replica), oldest first",
         {200: RouteList},
-        params=(DEPLOYMENT_ID, Param("status", "query", "comma-separated statuses (RouteStatus)"), *_PAGING),
+        params=(DEPLOYMENT_ID, Param("status", "query", "comma-separated statuses (RouteStatus)"), *PAGING),
     ),
     Route(
         "GET",
@@ -272,7 +250,7 @@ ROUTES = [
         deployment_history,
         "Every handler run that touched the deployment, oldest first",
         {200: HandlerRunList},
-        params=(DEPLOYMENT_ID, *_PAGING),
+        params=(DEPLOYMENT_ID, *PAGING),
     ),
     Route(
         "GET",
@@ -280,6 +258,6 @@ ROUTES = [
         route_history,
         "Every handler run that touched the route, oldest first",
         {200: HandlerRunList},
-        params=(ROUTE_ID, *_PAGING),
+        params=(ROUTE_ID, *PAGING),
     ),
 ]

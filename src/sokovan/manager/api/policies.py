@@ -15,9 +15,9 @@ from sokovan.manager.api.admin_schemas import (
     TenantLimitsPut,
 )
 from sokovan.manager.api.auth import CTX_KEY, principal_of, require_admin
-from sokovan.manager.api.common import json_response, path_name
+from sokovan.manager.api.common import found, json_response, path_name
 from sokovan.manager.api.openapi import Param, Route
-from sokovan.manager.api.problems import Problem, parse_body
+from sokovan.manager.api.problems import Problem, not_found, parse_body
 from sokovan.manager.repositories import admin as repo
 from sokovan.manager.repositories.tenancy import DEFAULT_DOMAIN, TenancyError
 
@@ -43,11 +43,9 @@ async def get_resource_policy(request: web.Request) -> web.Response:
                 select(Keypair.resource_policy).where(Keypair.access_key == principal.access_key)
             )
             if own != name:
-                raise Problem(404, "Not found", f"resource policy {name!r} not found", slug="not-found")
+                raise not_found("resource policy", repr(name))
         row = await repo.get_resource_policy(conn, name)
-    if row is None:
-        raise Problem(404, "Not found", f"resource policy {name!r} not found", slug="not-found")
-    return json_response(ResourcePolicyOut.model_validate(row))
+    return json_response(found(ResourcePolicyOut, row, "resource policy", repr(name)))
 
 
 async def put_domain(request: web.Request) -> web.Response:

@@ -51,6 +51,11 @@ class Problem(Exception):
         )
 
 
+def not_found(what: str, ident: object) -> Problem:
+    """`<what> <ident> not found`: also what a caller reads of something it may not see."""
+    return Problem(404, "Not found", f"{what} {ident} not found", slug="not-found")
+
+
 def problem_response(
     status: int,
     title: str,

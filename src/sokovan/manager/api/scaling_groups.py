@@ -14,16 +14,12 @@ from sokovan.manager.api.admin_schemas import (
     ScalingGroupPatch,
 )
 from sokovan.manager.api.auth import CTX_KEY, principal_of, require_admin
-from sokovan.manager.api.common import json_response, query_limit
+from sokovan.manager.api.common import found, json_response, read_page
 from sokovan.manager.api.openapi import Param, Route
 from sokovan.manager.api.problems import Problem, parse_body
 from sokovan.manager.repositories import admin as repo
 
 NAME = Param("name", "path", "scaling group name", required=True)
-
-
-def _not_found(name: str) -> Problem:
-    return Problem(404, "Not found", f"scaling group {name!r} not found", slug="not-found")
 
 
 async def create_scaling_group(request: web.Request) -> web.Response:
@@ -43,9 +39,7 @@ async def patch_scaling_group(request: web.Request) -> web.Response:
     body = await parse_body(request, ScalingGroupPatch)
     async with request.app[CTX_KEY].engine.begin() as conn:
         row = await repo.patch_scaling_group(conn, name, body.changes(), admin.access_key)
-    if row is None:
-        raise _not_found(name)
-    return json_response(ScalingGroupOut.model_validate(row))
+    return json_response(found(ScalingGroupOut, row, "scaling group", repr(name)))
 
 
 async def get_scaling_group(request: web.Request) -> web.Response:
@@ -53,20 +47,15 @@ async def get_scaling_group(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     async with request.app[CTX_KEY].engine.connect() as conn:
         row = await repo.get_scaling_group(conn, name)
-    if row is None:
-        raise _not_found(name)
-    return json_response(ScalingGroupOut.model_validate(row))
+    return json_response(found(ScalingGroupOut, row, "scaling group", repr(name)))
 
 
 async def list_scaling_groups(request: web.Request) -> web.Response:
     principal_of(request)
     async with request.app[CTX_KEY].engine.connect() as conn:
-        try:
-            rows, cursor = await repo.list_scaling_groups(
-                conn, query_limit(request), request.query.get("cursor") or None
-            )
-        except ValueError as exc:
-            raise Problem(400, "Bad query parameter", f"cursor: {exc}") from exc
+        rows, cursor = await read_page(
+            request, lambda limit, after: repo.list_scaling_groups(conn, limit, after)
+        )
     return json_response(
         ScalingGroupList(items=[ScalingGroupOut.model_validate(r) for r in rows], next_cursor=cursor)
     )

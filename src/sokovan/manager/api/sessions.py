@@ -14,14 +14,16 @@ from sokovan.common.types import SessionResult, SessionStatus, SessionType
 from sokovan.manager.api.auth import CTX_KEY, principal_of
 from sokovan.manager.api.common import (
     CONTROLLER_KEY,
+    PAGING,
+    found,
     json_response,
     path_uuid,
     query_bool,
     query_csv,
-    query_limit,
+    read_page,
 )
 from sokovan.manager.api.openapi import SESSION_ID, Param, Route
-from sokovan.manager.api.problems import Problem, parse_body
+from sokovan.manager.api.problems import Problem, not_found, parse_body
 from sokovan.manager.api.schemas import (
     DryRunResponse,
     HistoryItem,
@@ -59,9 +61,7 @@ class AttemptList(BaseModel):
 async def _session_or_404(request: web.Request, session_id: uuid.UUID, principal: Principal) -> SessionOut:
     async with request.app[CTX_KEY].engine.connect() as conn:
         view = await sessions_read.get_session(conn, session_id, principal)
-    if view is None:
-        raise Problem(404, "Not found", f"session {session_id} not found", slug="not-found")
-    return SessionOut.model_validate(view)
+    return found(SessionOut, view, "session", session_id)
 
 
 async def create_session(request: web.Request) -> web.Response:
@@ -98,12 +98,9 @@ async def list_sessions(request: web.Request) -> web.Response:
         raise Problem(403, "Forbidden", "only admins may list other users' sessions")
     flt = sessions_read.SessionFilter(statuses=statuses, types=types, owner=owner)
     async with request.app[CTX_KEY].engine.connect() as conn:
-        try:
-            items, cursor = await sessions_read.list_sessions(
-                conn, principal, flt, query_limit(request), request.query.get("cursor") or None
-            )
-        except ValueError as exc:
-            raise Problem(400, "Bad query parameter", f"cursor: {exc}") from exc
+        items, cursor = await read_page(
+            request, lambda limit, after: sessions_read.list_sessions(conn, principal, flt, limit, after)
+        )
     return json_response(SessionList(items=[SessionOut.model_validate(i) for i in items], next_cursor=cursor))
 
 
@@ -120,13 +117,10 @@ async def session_history(request: web.Request) -> web.Response:
     session_id = path_uuid(request)
     async with request.app[CTX_KEY].engine.connect() as conn:
         if not await sessions_read.session_is_visible(conn, session_id, principal):
-            raise Problem(404, "Not found", f"session {session_id} not found", slug="not-found")
-        try:
-            items, cursor = await sessions_read.list_history(
-                conn, session_id, query_limit(request), request.query.get("cursor") or None
-            )
-        except ValueError as exc:
-            raise Problem(400, "Bad query parameter", f"cursor: {exc}") from exc
+            raise not_found("session", session_id)
+        items, cursor = await read_page(
+            request, lambda limit, after: sessions_read.list_history(conn, session_id, limit, after)
+        )
     return json_response(
         HistoryList(items=[HistoryItem.model_validate(i) for i in items], next_cursor=cursor)
     )
@@ -138,7 +132,7 @@ async def session_attempts(request: web.Request) -> web.Response:
     async with request.app[CTX_KEY].engine.connect() as conn:
         items = await sessions_read.list_attempts(conn, session_id, principal)
     if items is None:
-        raise Problem(404, "Not found", f"session {session_id} not found", slug="not-found")
+        raise not_found("session", session_id)
     return json_response(AttemptList(items=[AttemptOut.model_validate(i) for i in items], next_cursor=None))
 
 
@@ -148,7 +142,7 @@ async def session_logs(request: web.Request) -> web.Response:
     ctx = request.app[CTX_KEY]
     async with ctx.engine.connect() as conn:
         if not await sessions_read.session_is_visible(conn, session_id, principal):
-            raise Problem(404, "Not found", f"session {session_id} not found", slug="not-found")
+            raise not_found("session", session_id)
         kernels = await sessions_read.kernels_for_logs(conn, session_id)
 
     async def fetch(kernel_id: uuid.UUID, agent_id: str, rpc_addr: str) -> KernelLogs:
@@ -164,13 +158,6 @@ async def session_logs(request: web.Request) -> web.Response:
     )
     return json_response(LogsResponse(items=list(items)), exclude_none=True)
 
-
-_PAGING = (
-    Param(
-        "limit", "query", "page size, 1-500 (default 100)", {"type": "integer", "minimum": 1, "maximum": 500}
-    ),
-    Param("cursor", "query", "next_cursor of the previous page"),
-)
 
 ROUTES = [
     Route(
@@ -200,7 +187,7 @@ ROUTES = [
             Param("status", "query", "comma-separated statuses"),
             Param("type", "query", "batch, interactive or inference"),
             Param("owner", "query", "user name (admins only)"),
-            *_PAGING,
+            *PAGING,
         ),
     ),
     Route(
@@ -228,7 +215,7 @@ ROUTES = [
         session_history,
         "Scheduling history, oldest first",
         {200: HistoryList},
-        params=(SESSION_ID, *_PAGING),
+        params=(SESSION_ID, *PAGING),
     ),
     Route(
         "GET",

@@ -7,14 +7,12 @@ what needs the database (scaling group, image, capacity, a live name taken) the 
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator
 
 from sokovan.bus.routing import HealthCheck
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import DeploymentType
-from sokovan.manager.controller.session_spec import DEFAULT_RESOURCES
+from sokovan.manager.controller.session_spec import parse_resources, with_default_resources
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
 MAX_REPLICAS = 1000
@@ -55,16 +53,11 @@ class DeploymentCreateRequest(BaseModel):
     scaling_group: str = Field(default="default", min_length=1, max_length=64)
     health_check: HealthCheck = Field(default_factory=HealthCheck)
 
-    @field_validator("resources")
-    @classmethod
-    def _parse_resources(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is None:
-            return None
-        return ResourceSlots.parse(value).to_json()  # SlotError is a ValueError: a field error
+    _parse_resources = field_validator("resources")(parse_resources)
 
     def per_replica_slots(self) -> ResourceSlots:
         """The per-replica request: the session defaults overlaid with what the caller gave."""
-        return ResourceSlots.parse({**DEFAULT_RESOURCES, **(self.resources or {})})
+        return with_default_resources(self.resources)
 
 
 class DeploymentScaleRequest(BaseModel):

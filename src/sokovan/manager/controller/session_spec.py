@@ -28,6 +28,18 @@ DEFAULT_RESOURCES: dict[str, object] = {"cpu": 1, "mem": "256m"}
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 
+def parse_resources(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The validator of a `resources` field (sessions' per kernel, deployments' per replica)."""
+    if value is None:
+        return None
+    return ResourceSlots.parse(value).to_json()  # SlotError is a ValueError: a field error
+
+
+def with_default_resources(resources: dict[str, Any] | None) -> ResourceSlots:
+    """What one kernel asks for: the defaults overlaid with the `resources` the caller gave."""
+    return ResourceSlots.parse({**DEFAULT_RESOURCES, **(resources or {})})
+
+
 class SessionCreateRequest(BaseModel):
     """Body of `POST /v2/sessions`. `resources` are per kernel; `mem` takes bytes or "512m"/"4g"."""
 
@@ -51,12 +63,7 @@ class SessionCreateRequest(BaseModel):
     retry_policy: RetryPolicy | None = None
     creation_id: str | None = Field(default=None, min_length=1, max_length=128)
 
-    @field_validator("resources")
-    @classmethod
-    def _parse_resources(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is None:
-            return None
-        return ResourceSlots.parse(value).to_json()  # SlotError is a ValueError: a field error
+    _parse_resources = field_validator("resources")(parse_resources)
 
     @field_validator("command")
     @classmethod
@@ -67,4 +74,4 @@ class SessionCreateRequest(BaseModel):
 
     def per_kernel_slots(self) -> ResourceSlots:
         """The per-kernel request: the defaults overlaid with what the caller gave."""
-        return ResourceSlots.parse({**DEFAULT_RESOURCES, **(self.resources or {})})
+        return with_default_resources(self.resources)

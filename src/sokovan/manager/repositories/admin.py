@@ -13,7 +13,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.db.models import AuditLog, Domain, KeypairResourcePolicy, Project, ScalingGroup
-from sokovan.manager.repositories.sessions_read import decode_cursor, encode_cursor
+from sokovan.manager.repositories.paging import page_after_key
 from sokovan.manager.repositories.tenancy import TenancyError
 
 
@@ -154,12 +154,5 @@ async def list_scaling_groups(
 ) -> tuple[list[dict[str, Any]], str | None]:
     """By name; `cursor` continues after the last name of the previous page."""
     query = select(*ScalingGroup.__table__.c)
-    if cursor is not None:
-        after = decode_cursor(cursor).get("name")
-        if not isinstance(after, str):
-            raise ValueError("malformed cursor")
-        query = query.where(ScalingGroup.name > after)
-    rows = (await conn.execute(query.order_by(ScalingGroup.name).limit(limit + 1))).all()
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return [_row(r) for r in rows], encode_cursor({"name": rows[-1].name}) if more and rows else None
+    rows, next_cursor = await page_after_key(conn, query, ScalingGroup.name, "name", str, limit, cursor)
+    return [_row(r) for r in rows], next_cursor

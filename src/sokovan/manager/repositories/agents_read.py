@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.db.models import Agent
-from sokovan.manager.repositories.sessions_read import decode_cursor, encode_cursor
+from sokovan.manager.repositories.paging import page_after_key
 from sokovan.state.occupancy import agent_occupancy
 
 _COLUMNS = (
@@ -71,12 +71,5 @@ async def list_agents(
         query = query.where(Agent.status.in_(flt.statuses))
     if flt.scaling_group is not None:
         query = query.where(Agent.scaling_group == flt.scaling_group)
-    if cursor is not None:
-        after = decode_cursor(cursor).get("id")
-        if not isinstance(after, str):
-            raise ValueError("malformed cursor")
-        query = query.where(Agent.id > after)
-    rows = (await conn.execute(query.order_by(Agent.id).limit(limit + 1))).all()
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return await _views(conn, rows), encode_cursor({"id": rows[-1].id}) if more and rows else None
+    rows, next_cursor = await page_after_key(conn, query, Agent.id, "id", str, limit, cursor)
+    return await _views(conn, rows), next_cursor

@@ -15,22 +15,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, or_, select, true
+from sqlalchemy import ColumnElement, Select, and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import func
 
 from sokovan.common.types import RouteStatus, SessionStatus
 from sokovan.db.models import Deployment, DeploymentHistory, Route, RouteHistory, Session, User
-from sokovan.manager.repositories.sessions_read import decode_cursor, encode_cursor
+from sokovan.manager.repositories.paging import after_time, page_after_key, time_cursor
 from sokovan.manager.repositories.tenancy import Principal
 
 Page = tuple[list[dict[str, Any]], str | None]
 
 
 def visible(principal: Principal) -> ColumnElement[bool]:
-    if principal.is_admin:
-        return true()
-    return Deployment.user_id == principal.user_id
+    return principal.may_see(Deployment.user_id)
 
 
 @dataclass(frozen=True)
@@ -103,21 +101,6 @@ async def get_deployment(
     return _view(row, proxy_url) if row is not None else None
 
 
-def _after_time(cursor: str) -> tuple[dt.datetime, uuid.UUID]:
-    after = decode_cursor(cursor)
-    try:
-        return dt.datetime.fromisoformat(after["t"]), uuid.UUID(after["id"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError("malformed cursor") from exc
-
-
-def _time_cursor(rows: Sequence[Any], limit: int) -> str | None:
-    if len(rows) <= limit:
-        return None
-    tail = rows[limit - 1]
-    return encode_cursor({"t": tail.created_at.isoformat(), "id": str(tail.id)})
-
-
 async def list_deployments(
     conn: AsyncConnection,
     principal: Principal,
@@ -134,13 +117,13 @@ async def list_deployments(
     if flt.owner is not None:
         query = query.where(User.name == flt.owner)
     if cursor is not None:
-        at, last = _after_time(cursor)
+        at, last = after_time(cursor)
         query = query.where(
             or_(Deployment.created_at < at, and_(Deployment.created_at == at, Deployment.id < last))
         )
     query = query.order_by(Deployment.created_at.desc(), Deployment.id.desc()).limit(limit + 1)
     rows = (await conn.execute(query)).all()
-    return [_view(r, proxy_url) for r in rows[:limit]], _time_cursor(rows, limit)
+    return [_view(r, proxy_url) for r in rows[:limit]], time_cursor(rows, limit)
 
 
 async def deployment_is_visible(
@@ -206,7 +189,7 @@ async def list_routes(
     if statuses:
         query = query.where(Route.status.in_(statuses))
     if cursor is not None:
-        at, last = _after_time(cursor)
+        at, last = after_time(cursor)
         query = query.where(or_(Route.created_at > at, and_(Route.created_at == at, Route.id > last)))
     rows = (await conn.execute(query.order_by(Route.created_at, Route.id).limit(limit + 1))).all()
     items = [
@@ -223,7 +206,7 @@ async def list_routes(
         }
         for r in rows[:limit]
     ]
-    return items, _time_cursor(rows, limit)
+    return items, time_cursor(rows, limit)
 
 
 # -- histories ---------------------------------------------------------------------------------
@@ -236,13 +219,9 @@ async def _history(
     limit: int,
     cursor: str | None,
 ) -> Page:
-    query = select(*table.__table__.c).where(owner)
-    if cursor is not None:
-        after = decode_cursor(cursor).get("id")
-        if not isinstance(after, int):
-            raise ValueError("malformed cursor")
-        query = query.where(table.id > after)
-    rows = (await conn.execute(query.order_by(table.id).limit(limit + 1))).all()
+    rows, next_cursor = await page_after_key(
+        conn, select(*table.__table__.c).where(owner), table.id, "id", int, limit, cursor
+    )
     items = [
         {
             "handler": h.handler,
@@ -252,9 +231,9 @@ async def _history(
             "message": h.message,
             "created_at": h.created_at,
         }
-        for h in rows[:limit]
+        for h in rows
     ]
-    return items, encode_cursor({"id": rows[limit - 1].id}) if len(rows) > limit else None
+    return items, next_cursor
 
 
 async def list_deployment_history(

@@ -6,30 +6,27 @@ admin all. A session the caller may not see reads exactly like one that does not
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import json
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, exists, func, or_, select, text, true
+from sqlalchemy import ColumnElement, Select, and_, exists, func, or_, select, text
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 
 from sokovan.db.models import Agent, Kernel, Session, SessionDependency, SessionSchedulingHistory, User
+from sokovan.manager.repositories.paging import after_time, page_after_key, time_cursor
 from sokovan.manager.repositories.tenancy import Principal
 
 MAX_CHAIN = 1000  # a bound on retry-chain walks, against a (never expected) parent cycle
 
 
 def visible(principal: Principal) -> ColumnElement[bool]:
-    if principal.is_admin:
-        return true()
-    return Session.user_id == principal.user_id
+    return principal.may_see(Session.user_id)
 
 
 @dataclass(frozen=True)
@@ -37,25 +34,6 @@ class SessionFilter:
     statuses: Sequence[str] = ()
     types: Sequence[str] = ()
     owner: str | None = None
-
-
-# -- cursors: opaque to clients, base64url of a small JSON document ----------------------------
-
-
-def encode_cursor(values: dict[str, Any]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(values, separators=(",", ":")).encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> dict[str, Any]:
-    """Raises ValueError for anything this module did not hand out."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError("malformed cursor") from exc
-    if not isinstance(value, dict):
-        raise ValueError("malformed cursor")
-    return value
 
 
 # -- sessions ---------------------------------------------------------------------------------
@@ -136,22 +114,11 @@ async def list_sessions(
     if flt.owner is not None:
         query = query.where(User.name == flt.owner)
     if cursor is not None:
-        after = decode_cursor(cursor)
-        try:
-            at, last = dt.datetime.fromisoformat(after["t"]), uuid.UUID(after["id"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError("malformed cursor") from exc
+        at, last = after_time(cursor)
         query = query.where(or_(Session.created_at < at, and_(Session.created_at == at, Session.id < last)))
     query = query.order_by(Session.created_at.desc(), Session.id.desc()).limit(limit + 1)
     rows = (await conn.execute(query)).all()
-    more = len(rows) > limit
-    rows = rows[:limit]
-    views = await _views(conn, rows)
-    next_cursor = None
-    if more and rows:
-        tail = rows[-1]
-        next_cursor = encode_cursor({"t": tail.created_at.isoformat(), "id": str(tail.id)})
-    return views, next_cursor
+    return await _views(conn, rows[:limit]), time_cursor(rows, limit)
 
 
 async def _views(conn: AsyncConnection, rows: Sequence[Any]) -> list[dict[str, Any]]:
@@ -305,14 +272,9 @@ async def list_history(
     query = select(*SessionSchedulingHistory.__table__.c).where(
         SessionSchedulingHistory.session_id == session_id
     )
-    if cursor is not None:
-        after = decode_cursor(cursor).get("id")
-        if not isinstance(after, int):
-            raise ValueError("malformed cursor")
-        query = query.where(SessionSchedulingHistory.id > after)
-    rows = (await conn.execute(query.order_by(SessionSchedulingHistory.id).limit(limit + 1))).all()
-    more = len(rows) > limit
-    rows = rows[:limit]
+    rows, next_cursor = await page_after_key(
+        conn, query, SessionSchedulingHistory.id, "id", int, limit, cursor
+    )
     items = [
         {
             "handler": h.handler,
@@ -325,7 +287,7 @@ async def list_history(
         }
         for h in rows
     ]
-    return items, encode_cursor({"id": rows[-1].id}) if more and rows else None
+    return items, next_cursor
 
 
 async def session_is_visible(conn: AsyncConnection, session_id: uuid.UUID, principal: Principal) -> bool:

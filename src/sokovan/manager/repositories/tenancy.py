@@ -12,9 +12,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, bindparam, func, insert, select
+from sqlalchemy import ColumnElement, bindparam, func, insert, select, true
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.orm import InstrumentedAttribute
 
 from sokovan.common.types import Role, SessionStatus
 from sokovan.db.models import (
@@ -51,6 +52,10 @@ class Principal:
     @property
     def is_admin(self) -> bool:
         return self.role == Role.ADMIN
+
+    def may_see(self, owner: InstrumentedAttribute[uuid.UUID]) -> ColumnElement[bool]:
+        """The rows this caller may see, by their `owner` (user id) column: an admin all, a user its own."""
+        return true() if self.is_admin else owner == self.user_id
 
 
 class TenancyError(ValueError):

@@ -1,0 +1,75 @@
+"""Keyset pagination of the API's lists: opaque cursors, and the pages they continue.
+
+A cursor is base64url of a small JSON document naming the last item of the previous page: its
+key, for lists in the order of one unique column (`page_after_key`), or its creation time and id,
+for lists by creation time (`after_time`, `time_cursor`). A cursor this module did not hand out is
+a ValueError, which the API answers with a 400.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Row, Select
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.orm import InstrumentedAttribute
+
+
+def encode_cursor(values: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(values, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> dict[str, Any]:
+    """Raises ValueError for anything this module did not hand out."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError("malformed cursor") from exc
+    if not isinstance(value, dict):
+        raise ValueError("malformed cursor")
+    return value
+
+
+async def page_after_key(
+    conn: AsyncConnection,
+    query: Select[Any],
+    column: InstrumentedAttribute[Any],
+    key: str,
+    kind: type[int] | type[str],
+    limit: int,
+    cursor: str | None,
+) -> tuple[Sequence[Row[Any]], str | None]:
+    """Up to `limit` rows of `query` in the order of the unique `column` (the rows' attribute `key`,
+    of type `kind`), after the one the cursor names; and the cursor of the next page, if any."""
+    if cursor is not None:
+        after = decode_cursor(cursor).get(key)
+        if not isinstance(after, kind):
+            raise ValueError("malformed cursor")
+        query = query.where(column > after)
+    rows = (await conn.execute(query.order_by(column).limit(limit + 1))).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, encode_cursor({key: getattr(rows[-1], key)}) if more and rows else None
+
+
+def after_time(cursor: str) -> tuple[dt.datetime, uuid.UUID]:
+    """The creation time and id of the last item of the previous page of a list by creation time."""
+    after = decode_cursor(cursor)
+    try:
+        return dt.datetime.fromisoformat(after["t"]), uuid.UUID(after["id"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError("malformed cursor") from exc
+
+
+def time_cursor(rows: Sequence[Any], limit: int) -> str | None:
+    """The cursor after the first `limit` of `rows` (read with `limit + 1`), if more follow."""
+    if len(rows) <= limit:
+        return None
+    tail = rows[limit - 1]
+    return encode_cursor({"t": tail.created_at.isoformat(), "id": str(tail.id)})
