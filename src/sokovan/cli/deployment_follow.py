@@ -12,7 +12,6 @@ seen both ways is printed once. The stream and its reopening are the session fol
 from __future__ import annotations
 
 import datetime as dt
-import sys
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -20,8 +19,15 @@ from typing import Any
 
 import click
 
-from sokovan.cli.client import ApiClient, EventStream, SseMessage, StreamEnded, StreamUnavailable
-from sokovan.cli.session_follow import MAX_REOPENS, POLL_INTERVAL, RESYNC_INTERVAL, _clock, _parse_time
+from sokovan.cli.client import ApiClient, SseMessage, StreamEnded
+from sokovan.cli.session_follow import (
+    POLL_INTERVAL,
+    RESYNC_INTERVAL,
+    StreamFollower,
+    _clock,
+    _parse_time,
+    run_follower,
+)
 
 
 def deployment_path(deployment_id: str) -> str:
@@ -51,13 +57,8 @@ def describe(d: dict[str, Any]) -> str:
 def follow_deployment(client: ApiClient, deployment_id: str, *, err: bool, timeout: float) -> dict[str, Any]:
     """Follow until `is_done` or `timeout` seconds (`FollowTimeout`), printing every transition."""
     follower = _Follower(client, deployment_id, err=err)
-    try:
-        return follower.run(time.monotonic() + timeout)
-    except KeyboardInterrupt:
-        click.echo("stopped following; the deployment goes on", err=True)
-        sys.exit(130)
-    finally:
-        follower.close()
+    deadline = time.monotonic() + timeout
+    return run_follower(follower, lambda: follower.run(deadline), "deployment")
 
 
 @dataclass
@@ -66,13 +67,10 @@ class _Known:
     since: dt.datetime | None  # when it got there, by the server's clock
 
 
-class _Follower:
+class _Follower(StreamFollower):
     def __init__(self, client: ApiClient, deployment_id: str, *, err: bool) -> None:
-        self._client = client
+        super().__init__(client, err=err, deployment_id=deployment_id)
         self._id = deployment_id
-        self._err = err
-        self._stream: EventStream | None = None
-        self._reopens = 0
         self._deployment: _Known | None = None
         self._routes: dict[str, _Known] = {}
         self._summary: str | None = None
@@ -94,27 +92,12 @@ class _Follower:
                 try:
                     message = self._stream.get(left)
                 except StreamEnded:
-                    self._stream.close()
-                    self._stream = None
-                    if self._reopens < MAX_REOPENS:
-                        self._reopens += 1
-                        self._open()
+                    self._broken()
                     break  # re-read at once: something may have happened while it was down
                 if message is None or self._on_event(message):
                     break  # the deployment moved: re-read it now (maybe it is done)
             if self._stream is None:
                 time.sleep(max(0.0, until - time.monotonic()))
-
-    def close(self) -> None:
-        if self._stream is not None:
-            self._stream.close()
-            self._stream = None
-
-    def _open(self) -> None:
-        try:
-            self._stream = self._client.events(deployment_id=self._id)
-        except StreamUnavailable:
-            self._stream = None
 
     def _resync(self) -> dict[str, Any]:
         current: dict[str, Any] = self._client.get(deployment_path(self._id))

@@ -7,7 +7,8 @@ import datetime as dt
 import sys
 import time
 import urllib.parse
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -43,10 +44,48 @@ def follow(client: ApiClient, session_id: str, *, err: bool, until_end: bool = F
     every `POLL_INTERVAL` seconds instead, as before.
     """
     follower = _Follower(client, session_id, err=err, until_end=until_end)
+    return run_follower(follower, follower.run, "session")
+
+
+T = TypeVar("T")
+
+
+class StreamFollower:
+    """The event stream a follower reads (`client.events(**filters)`): opened first, reopened when
+    it breaks, up to `MAX_REOPENS` times, and after that (or when there is none) polling."""
+
+    def __init__(self, client: ApiClient, *, err: bool, **filters: str) -> None:
+        self._client = client
+        self._err = err
+        self._filters = filters
+        self._stream: EventStream | None = None
+        self._reopens = 0
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    def _open(self) -> None:
+        try:
+            self._stream = self._client.events(**self._filters)
+        except StreamUnavailable:
+            self._stream = None
+
+    def _broken(self) -> None:
+        """The stream ended: close it, and reopen it unless it has been reopened often enough."""
+        self.close()
+        if self._reopens < MAX_REOPENS:
+            self._reopens += 1
+            self._open()
+
+
+def run_follower(follower: StreamFollower, run: Callable[[], T], what: str) -> T:
+    """`run()`, closing the follower's stream after it; Ctrl-C stops following (exit 130)."""
     try:
-        return follower.run()
+        return run()
     except KeyboardInterrupt:
-        click.echo("stopped following; the session goes on", err=True)
+        click.echo(f"stopped following; the {what} goes on", err=True)
         sys.exit(130)
     finally:
         follower.close()
@@ -55,14 +94,11 @@ def follow(client: ApiClient, session_id: str, *, err: bool, until_end: bool = F
 Transition = tuple[str, str]
 
 
-class _Follower:
+class _Follower(StreamFollower):
     def __init__(self, client: ApiClient, session_id: str, *, err: bool, until_end: bool) -> None:
-        self._client = client
+        super().__init__(client, err=err, session_id=session_id)
         self._sid = session_id
-        self._err = err
         self._until_end = until_end
-        self._stream: EventStream | None = None
-        self._reopens = 0
         # History rows at or after this may come on the stream as well (None: no stream yet).
         self._overlap_since: dt.datetime | None = None
         self._rows_seen = 0
@@ -88,11 +124,7 @@ class _Follower:
                 try:
                     message = self._stream.get(left)
                 except StreamEnded:
-                    self._stream.close()
-                    self._stream = None
-                    if self._reopens < MAX_REOPENS:
-                        self._reopens += 1
-                        self._open()
+                    self._broken()
                     break  # re-read at once: something may have happened while it was down
                 if message is None:
                     break
@@ -102,16 +134,9 @@ class _Follower:
             if self._stream is None:
                 time.sleep(max(0.0, deadline - time.monotonic()))
 
-    def close(self) -> None:
-        if self._stream is not None:
-            self._stream.close()
-            self._stream = None
-
     def _open(self) -> None:
-        try:
-            self._stream = self._client.events(session_id=self._sid)
-        except StreamUnavailable:
-            self._stream = None
+        super()._open()
+        if self._stream is None:
             return
         # Rows written a little before the server answered may still be on their way as events.
         since = self._stream.opened_at - OVERLAP_SKEW

@@ -145,7 +145,27 @@ def wait_until(
     return time.monotonic() - began
 
 
-class ManagerProc(Daemon):
+class _HttpDaemon(Daemon):
+    """A daemon whose HTTP server answers `GET /healthz` at `base_url` once it is up."""
+
+    base_url = ""
+
+    def healthy(self) -> bool:
+        """Whether /healthz answers 200 now."""
+        try:
+            with urllib.request.urlopen(f"{self.base_url}/healthz", timeout=2) as resp:
+                return bool(resp.status == 200)
+        except (OSError, http.client.HTTPException):
+            return False
+
+    def wait_up(self, within: float = 30) -> float:
+        """Seconds until /healthz answers 200; HarnessError if it exits or `within` passes first."""
+        return wait_until(
+            self.healthy, f"{self.name} /healthz", within, watch=[self], poll=0.05, explain=self.log_tail
+        )
+
+
+class ManagerProc(_HttpDaemon):
     """`sokovan manager` serving its API on `bind` (default: a free port on 127.0.0.1), restartable
     on the same port."""
 
@@ -161,21 +181,7 @@ class ManagerProc(Daemon):
         bind = bind or f"127.0.0.1:{free_port()}"
         super().__init__(name, ["manager", *args], {**env, "SOKOVAN_API_BIND": bind}, log_dir)
         self.port = int(bind.rpartition(":")[2])
-        self.api = f"http://{bind}"
-
-    def healthy(self) -> bool:
-        """Whether /healthz answers 200 now."""
-        try:
-            with urllib.request.urlopen(f"{self.api}/healthz", timeout=2) as resp:
-                return bool(resp.status == 200)
-        except (OSError, http.client.HTTPException):
-            return False
-
-    def wait_up(self, within: float = 30) -> float:
-        """Seconds until /healthz answers 200; HarnessError if it exits or `within` passes first."""
-        return wait_until(
-            self.healthy, f"{self.name} /healthz", within, watch=[self], poll=0.05, explain=self.log_tail
-        )
+        self.api = self.base_url = f"http://{bind}"
 
     async def wait_healthy(self, within: float = 30) -> float:
         """`wait_up` without blocking the event loop."""
@@ -209,22 +215,10 @@ class AgentProc(Daemon):
         self.agent_id = agent_id
 
 
-class ProxyProc(Daemon):
+class ProxyProc(_HttpDaemon):
     """`sokovan proxy` (the app proxy) on `bind` (default: a free port on 127.0.0.1)."""
 
     def __init__(self, env: Mapping[str, str], log_dir: Path | None, *, bind: str | None = None) -> None:
         bind = bind or f"127.0.0.1:{free_port()}"
         super().__init__("proxy", ["proxy", "--bind", bind], env, log_dir)
-        self.url = f"http://{bind}"
-
-    def healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as resp:
-                return bool(resp.status == 200)
-        except (OSError, http.client.HTTPException):
-            return False
-
-    def wait_up(self, within: float = 30) -> float:
-        return wait_until(
-            self.healthy, "proxy /healthz", within, watch=[self], poll=0.05, explain=self.log_tail
-        )
+        self.url = self.base_url = f"http://{bind}"
