@@ -21,6 +21,7 @@ from sokovan.common.settings import Settings
 from sokovan.db import migrate
 from sokovan.db.models import Base
 from tests import services
+from tests.support import scratch_redis
 
 RUN_ID = uuid.uuid4().hex[:8]
 
@@ -81,12 +82,8 @@ async def engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
 
 @pytest.fixture
 async def redis(settings: Settings) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(settings.redis_url)
-    yield client
-    keys = [k async for k in client.scan_iter(match=f"{settings.etcd_prefix}*")]
-    if keys:
-        await client.delete(*keys)
-    await client.aclose()
+    async with scratch_redis(settings.redis_url, f"{settings.etcd_prefix}*") as client:
+        yield client
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from sokovan.common.events import AgentEvent, decode_event
 from sokovan.common.rpc import AgentRPCClient, KernelSpec
 from sokovan.common.settings import Settings
 from sokovan.common.slots import ResourceSlots
+from tests.support import stopped_after
 
 WAIT = 10.0
 
@@ -106,19 +107,17 @@ FleetFactory = Callable[..., Awaitable[HollowFleet]]
 @pytest.fixture
 async def fleet_factory(settings: Settings, redis: aioredis.Redis) -> AsyncIterator[FleetFactory]:
     """Starts hollow fleets on free ports (`HollowConfig` fields as keywords); stops them after the test."""
-    fleets: list[HollowFleet] = []
+    async with stopped_after() as fleets:
 
-    async def start(count: int, **options: Any) -> HollowFleet:
-        options.setdefault("rpc_port", 0)
-        options.setdefault("heartbeat_interval", 0.5)
-        fleet = HollowFleet(settings, HollowConfig(count=count, **options))
-        await fleet.start()
-        fleets.append(fleet)
-        return fleet
+        async def start(count: int, **options: Any) -> HollowFleet:
+            options.setdefault("rpc_port", 0)
+            options.setdefault("heartbeat_interval", 0.5)
+            fleet = HollowFleet(settings, HollowConfig(count=count, **options))
+            await fleet.start()
+            fleets.append(fleet)
+            return fleet
 
-    yield start
-    for fleet in fleets:
-        await fleet.stop()
+        yield start
 
 
 @pytest.fixture

@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 
 from aiohttp import web
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from sokovan.harness import free_port
 
 
 def dead_endpoint() -> str:

@@ -22,8 +22,11 @@ from sokovan.common.settings import Settings
 from sokovan.proxy import AppProxy, ProxyConfig
 from tests import services
 from tests.proxy.backends import Backend
+from tests.support import scratch_redis, stopped_after
 
 WAIT = 10.0
+StartProxy = Callable[..., Awaitable[AppProxy]]
+Backends = Callable[..., Awaitable[list[Backend]]]
 # Fast loops for tests; each test may override.
 TEST_CONFIG = ProxyConfig(port=0, table_poll_interval=0.2, register_interval=0.2, shutdown_timeout=0.5)
 
@@ -40,41 +43,51 @@ def proxy_settings() -> Settings:
 
 @pytest.fixture
 async def redis(proxy_settings: Settings) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(proxy_settings.redis_url)
-    yield client
-    keys = [k async for k in client.scan_iter(match=f"{proxy_settings.etcd_prefix}:*")]
-    if keys:
-        await client.delete(*keys)
-    await client.aclose()
+    async with scratch_redis(proxy_settings.redis_url, f"{proxy_settings.etcd_prefix}:*") as client:
+        yield client
 
 
 @pytest.fixture
-async def backends() -> AsyncIterator[Callable[..., Awaitable[list[Backend]]]]:
-    started: list[Backend] = []
+async def backends() -> AsyncIterator[Backends]:
+    async with stopped_after() as started:
 
-    async def start(*names: str) -> list[Backend]:
-        new = [await Backend(name).start() for name in names]
-        started.extend(new)
-        return new
+        async def start(*names: str) -> list[Backend]:
+            new = [await Backend(name).start() for name in names]
+            started.extend(new)
+            return new
 
-    yield start
-    for backend in started:
-        await backend.stop()
+        yield start
 
 
 @pytest.fixture
-async def start_proxy(proxy_settings: Settings) -> AsyncIterator[Callable[..., Awaitable[AppProxy]]]:
-    started: list[AppProxy] = []
+async def start_proxy(proxy_settings: Settings) -> AsyncIterator[StartProxy]:
+    async with stopped_after() as started:
 
-    async def start(settings: Settings | None = None, **overrides: Any) -> AppProxy:
-        proxy = AppProxy(settings or proxy_settings, replace(TEST_CONFIG, **overrides))
-        await proxy.start()
-        started.append(proxy)
-        return proxy
+        async def start(settings: Settings | None = None, **overrides: Any) -> AppProxy:
+            proxy = AppProxy(settings or proxy_settings, replace(TEST_CONFIG, **overrides))
+            await proxy.start()
+            started.append(proxy)
+            return proxy
 
-    yield start
-    for proxy in started:
-        await proxy.stop()
+        yield start
+
+
+Serve = Callable[..., Awaitable[tuple[AppProxy, list[Backend]]]]
+
+
+@pytest.fixture
+def serve(
+    redis: aioredis.Redis, proxy_settings: Settings, start_proxy: StartProxy, backends: Backends
+) -> Serve:
+    """Starts replicas by name, then a proxy whose applied table routes `app` to all of them."""
+
+    async def start(*names: str) -> tuple[AppProxy, list[Backend]]:
+        replicas = await backends(*names)
+        proxy = await start_proxy()
+        await applied(proxy, await publish(redis, proxy_settings, {"app": [b.url for b in replicas]}))
+        return proxy, replicas
+
+    return start
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -17,11 +17,10 @@ import redis.asyncio as aioredis
 
 from sokovan.bus.routing import proxy_urls, read_reports
 from sokovan.common.settings import Settings
-from tests.proxy.backends import Backend, free_port
-from tests.proxy.conftest import eventually, publish, target
+from sokovan.harness import free_port
+from tests.proxy.conftest import Backends, eventually, publish, target
 
 SOKOVAN = str(Path(sys.executable).parent / "sokovan")
-Backends = Callable[..., Awaitable[list[Backend]]]
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -11,24 +11,12 @@ import redis.asyncio as aioredis
 from yarl import URL
 
 from sokovan.common.settings import Settings
-from sokovan.proxy import AppProxy
-from tests.proxy.backends import Backend, dead_endpoint
-from tests.proxy.conftest import applied, eventually, publish, target
-
-StartProxy = Callable[..., Awaitable[AppProxy]]
-Backends = Callable[..., Awaitable[list[Backend]]]
+from tests.proxy.backends import dead_endpoint
+from tests.proxy.conftest import Backends, Serve, StartProxy, applied, eventually, publish, target
 
 
-async def test_round_robin_across_three_replicas(
-    redis: aioredis.Redis,
-    proxy_settings: Settings,
-    start_proxy: StartProxy,
-    backends: Backends,
-    client: aiohttp.ClientSession,
-) -> None:
-    replicas = await backends("r1", "r2", "r3")
-    proxy = await start_proxy()
-    await applied(proxy, await publish(redis, proxy_settings, {"app": [b.url for b in replicas]}))
+async def test_round_robin_across_three_replicas(serve: Serve, client: aiohttp.ClientSession) -> None:
+    proxy, _ = await serve("r1", "r2", "r3")
     answers = []
     for _ in range(9):
         async with client.get(f"{proxy.url}/app/whoami") as resp:
@@ -38,16 +26,8 @@ async def test_round_robin_across_three_replicas(
     assert answers[:3] == answers[3:6] == answers[6:]  # a fixed rotation, not a random spread
 
 
-async def test_method_path_query_headers_and_body_cross(
-    redis: aioredis.Redis,
-    proxy_settings: Settings,
-    start_proxy: StartProxy,
-    backends: Backends,
-    client: aiohttp.ClientSession,
-) -> None:
-    (replica,) = await backends("r1")
-    proxy = await start_proxy()
-    await applied(proxy, await publish(redis, proxy_settings, {"app": [replica.url]}))
+async def test_method_path_query_headers_and_body_cross(serve: Serve, client: aiohttp.ClientSession) -> None:
+    proxy, (replica,) = await serve("r1")
 
     async def body() -> AsyncIterator[bytes]:
         for _ in range(64):
@@ -137,15 +117,9 @@ async def test_unknown_deployment_is_404(
 
 
 async def test_a_chunked_response_streams_as_it_is_written(
-    redis: aioredis.Redis,
-    proxy_settings: Settings,
-    start_proxy: StartProxy,
-    backends: Backends,
-    client: aiohttp.ClientSession,
+    serve: Serve, client: aiohttp.ClientSession
 ) -> None:
-    (replica,) = await backends("r1")
-    proxy = await start_proxy()
-    await applied(proxy, await publish(redis, proxy_settings, {"app": [replica.url]}))
+    proxy, (replica,) = await serve("r1")
     async with client.get(f"{proxy.url}/app/stream") as resp:
         assert resp.status == 200
         assert resp.content_type == "text/event-stream"
@@ -157,15 +131,9 @@ async def test_a_chunked_response_streams_as_it_is_written(
 
 
 async def test_a_client_leaving_an_idle_stream_closes_the_replica_connection(
-    redis: aioredis.Redis,
-    proxy_settings: Settings,
-    start_proxy: StartProxy,
-    backends: Backends,
-    client: aiohttp.ClientSession,
+    serve: Serve, client: aiohttp.ClientSession
 ) -> None:
-    (replica,) = await backends("r1")
-    proxy = await start_proxy()
-    await applied(proxy, await publish(redis, proxy_settings, {"app": [replica.url]}))
+    proxy, (replica,) = await serve("r1")
     resp = await client.get(f"{proxy.url}/app/stream")
     assert await asyncio.wait_for(resp.content.readuntil(b"\n\n"), 5) == b"data: first\n\n"
     resp.close()  # drop the connection while the replica has nothing to send
@@ -173,15 +141,9 @@ async def test_a_client_leaving_an_idle_stream_closes_the_replica_connection(
 
 
 async def test_a_replica_breaking_off_mid_response_is_visible(
-    redis: aioredis.Redis,
-    proxy_settings: Settings,
-    start_proxy: StartProxy,
-    backends: Backends,
-    client: aiohttp.ClientSession,
+    serve: Serve, client: aiohttp.ClientSession
 ) -> None:
-    (replica,) = await backends("r1")
-    proxy = await start_proxy()
-    await applied(proxy, await publish(redis, proxy_settings, {"app": [replica.url]}))
+    proxy, _ = await serve("r1")
     async with client.get(f"{proxy.url}/app/broken") as resp:
         assert resp.status == 200
         with pytest.raises(aiohttp.ClientPayloadError):

@@ -12,12 +12,8 @@ import redis.asyncio as aioredis
 
 from sokovan.bus.routing import HealthReport, read_reports, write_reports
 from sokovan.common.settings import Settings
-from sokovan.proxy import AppProxy
-from tests.proxy.backends import Backend, dead_endpoint
-from tests.proxy.conftest import applied, eventually, publish, target
-
-StartProxy = Callable[..., Awaitable[AppProxy]]
-Backends = Callable[..., Awaitable[list[Backend]]]
+from tests.proxy.backends import dead_endpoint
+from tests.proxy.conftest import Backends, StartProxy, applied, eventually, publish, target
 
 
 async def report_of(redis: aioredis.Redis, settings: Settings, route_id: uuid.UUID) -> HealthReport | None:

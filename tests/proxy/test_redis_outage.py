@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -17,12 +17,8 @@ from redis.exceptions import RedisError
 
 from sokovan.bus.routing import proxy_urls, read_reports
 from sokovan.common.settings import Settings
-from sokovan.proxy import AppProxy
-from tests.proxy.backends import Backend, free_port
-from tests.proxy.conftest import applied, eventually, publish, target
-
-StartProxy = Callable[..., Awaitable[AppProxy]]
-Backends = Callable[..., Awaitable[list[Backend]]]
+from sokovan.harness import free_port
+from tests.proxy.conftest import Backends, StartProxy, applied, eventually, publish, target
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
 

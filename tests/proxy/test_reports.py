@@ -14,8 +14,8 @@ from redis.backoff import NoBackoff
 
 from sokovan.bus.routing import HealthReport, read_reports, write_reports
 from sokovan.common.settings import Settings
+from sokovan.harness import free_port
 from sokovan.proxy.reports import ReportWriter
-from tests.proxy.backends import free_port
 
 
 def report(route_id: uuid.UUID, successes: int) -> HealthReport:

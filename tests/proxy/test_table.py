@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable
 
 import aiohttp
 import redis.asyncio as aioredis
@@ -12,11 +11,7 @@ import redis.asyncio as aioredis
 from sokovan.bus.routing import RoutingTable, publish_table, table_channel, table_key
 from sokovan.common.settings import Settings
 from sokovan.proxy import AppProxy
-from tests.proxy.backends import Backend
-from tests.proxy.conftest import applied, eventually, publish
-
-StartProxy = Callable[..., Awaitable[AppProxy]]
-Backends = Callable[..., Awaitable[list[Backend]]]
+from tests.proxy.conftest import Backends, StartProxy, applied, eventually, publish
 
 
 async def whoami(client: aiohttp.ClientSession, proxy: AppProxy, name: str = "app") -> str:
