@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import redis.asyncio as aioredis
 from pydantic import BaseModel
@@ -17,7 +18,7 @@ from sokovan.agent.hollow import HollowConfig, HollowFleet
 from sokovan.agent.images import ImageCatalog, ImageEnv
 from sokovan.bus.streams import stream_key
 from sokovan.common.events import AgentEvent, decode_event
-from sokovan.common.rpc import AgentRPCClient, KernelSpec
+from sokovan.common.rpc import AgentRPCClient, KernelSpec, signed_headers
 from sokovan.common.settings import Settings
 from sokovan.common.slots import ResourceSlots
 from tests.support import stopped_after
@@ -65,6 +66,42 @@ class AgentEvents:
 
     def of_kernel(self, kernel_id: str) -> list[str]:
         return [e.name for e in self.seen if getattr(e, "kernel_id", None) == kernel_id]
+
+
+async def run_kernel(
+    client: AgentRPCClient, rpc_addr: str, events: AgentEvents, kernel: KernelSpec, agent_id: str = ""
+) -> AgentEvent:
+    """Creates `kernel` and waits until it runs: its KernelRunning."""
+    await client.create_kernels(rpc_addr, [kernel], agent_id=agent_id)
+    return await events.wait_kernel("kernel.running", kernel.kernel_id)
+
+
+async def post_rpc(addr: str, method: str, body: bytes, headers: Mapping[str, str]) -> tuple[int, Any]:
+    """POSTs `body` as it is to `http://<addr>/rpc/<method>` with `headers` (signed or not, by the
+    test): the status and the JSON answer (every RPC answer, an error too, is a JSON object)."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"http://{addr}/rpc/{method}", data=body, headers=headers) as resp,
+    ):
+        return resp.status, await resp.json()
+
+
+def signed(agent: AgentDaemon, body: bytes, **kwargs: Any) -> dict[str, str]:
+    """Headers signing `body` with the agent's own cluster secret."""
+    return signed_headers(agent.settings.cluster_secret or "", body, **kwargs)
+
+
+async def assert_nothing_started(
+    agent: AgentDaemon, events: AgentEvents, client: AgentRPCClient, rejected: str, agent_id: str = ""
+) -> None:
+    """The kernel `rejected` was neither started nor reported: a signed pull afterwards is served, and
+    its events come after anything the rejected request could have emitted (one ordered outbox)."""
+    accepted = spec("true")
+    await client.check_and_pull(agent.rpc_addr, [accepted], agent_id=agent_id)
+    await events.wait_kernel("kernel.prepared", accepted.kernel_id)
+    assert events.of_kernel(rejected) == []
+    assert agent.backend.running_kernels() == []
+    assert not (agent.work_dir / rejected).exists()
 
 
 def spec(command: str | None, **kwargs: object) -> KernelSpec:

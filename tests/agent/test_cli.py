@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,35 @@ SOKOVAN = str(Path(sys.executable).parent / "sokovan")
 
 def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([SOKOVAN, "agent", *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def run_cli_with_config(
+    args: list[str], config: str | None, tmp_path: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """`sokovan agent --rpc-port 0 <args>`, with `config` (TOML) as its config file when given."""
+    if config is not None:
+        (tmp_path / "agent.toml").write_text(config + "\n")
+        args = [*args, "--config", str(tmp_path / "agent.toml")]
+    return run_cli(["--rpc-port", "0", *args], env)
+
+
+@asynccontextmanager
+async def agent_process(
+    args: list[str], env: dict[str, str], settings: Settings
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, AgentRPCClient]]:
+    """`sokovan agent <args>` (its output discarded) and an RPC client; when the block ends the
+    client is closed and the process killed if it still runs."""
+    proc = await asyncio.create_subprocess_exec(
+        SOKOVAN, "agent", *args, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
+    client = AgentRPCClient(settings.cluster_secret or "")
+    try:
+        yield proc, client
+    finally:
+        await client.close()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
 
 
 def test_refuses_to_start_without_cluster_secret(service_env: dict[str, str]) -> None:
@@ -49,10 +80,7 @@ def test_refuses_to_start_without_cluster_secret(service_env: dict[str, str]) ->
 def test_refuses_bad_options(
     service_env: dict[str, str], tmp_path: Path, args: list[str], config: str | None, message: str
 ) -> None:
-    if config is not None:
-        (tmp_path / "agent.toml").write_text(config + "\n")
-        args = [*args, "--config", str(tmp_path / "agent.toml")]
-    result = run_cli(["--rpc-port", "0", *args], service_env)
+    result = run_cli_with_config(args, config, tmp_path, service_env)
     assert result.returncode != 0
     assert message in result.stderr
     assert "Traceback" not in result.stderr
@@ -67,24 +95,10 @@ async def test_agent_process_registers_serves_and_stops_on_sigterm(
         f'[agent]\nid = "{agent_id}"\nscaling_group = "gpu"\nslots = "cpu=3,mem=2g"\n'
         f'images = "{tmp_path / "images.toml"}"\nheartbeat_interval = 0.5\n'
     )
-    proc = await asyncio.create_subprocess_exec(
-        SOKOVAN,
-        "agent",
-        "--config",
-        str(tmp_path / "agent.toml"),
-        "--rpc-port",
-        "0",
-        "--work-dir",
-        str(tmp_path / "work"),
-        "--kill-grace",
-        "1",
-        env=service_env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    args = ["--config", str(tmp_path / "agent.toml"), "--rpc-port", "0"]
+    args += ["--work-dir", str(tmp_path / "work"), "--kill-grace", "1"]
     events = AgentEvents(redis, settings, agent_id)
-    client = AgentRPCClient(settings.cluster_secret or "")
-    try:
+    async with agent_process(args, service_env, settings) as (proc, client):
         beat = await events.wait_for(lambda e: e.name == "agent.heartbeat")
         assert isinstance(beat, AgentHeartbeat)
         assert (beat.seq, beat.scaling_group) == (1, "gpu")
@@ -102,11 +116,6 @@ async def test_agent_process_registers_serves_and_stops_on_sigterm(
 
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 30) == 0
-    finally:
-        await client.close()
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
 
     await events.wait_for(lambda e: e.name == "agent.stopping")
     terminated = await events.wait_kernel("kernel.terminated", idle.kernel_id)

@@ -18,7 +18,7 @@ from sokovan.common.events import AgentEvent, KernelRunning, KernelTerminated
 from sokovan.common.rpc import AgentRPCClient, KernelSpec, ReconcileItem
 from sokovan.common.settings import Settings
 from tests.agent.conftest import AgentEvents, FleetFactory, spec
-from tests.agent.test_cli import SOKOVAN, run_cli
+from tests.agent.test_cli import SOKOVAN, run_cli, run_cli_with_config
 
 
 def run_item(kernel: KernelSpec) -> ReconcileItem:
@@ -73,10 +73,7 @@ def test_dropper_drops_only_the_first_event_of_each_named_kind() -> None:
 def test_unknown_event_names_are_refused(
     service_env: dict[str, str], tmp_path: Path, args: list[str], config: str | None
 ) -> None:
-    if config is not None:
-        (tmp_path / "agent.toml").write_text(config + "\n")
-        args = [*args, "--config", str(tmp_path / "agent.toml")]
-    result = run_cli(["--rpc-port", "0", *args], service_env)
+    result = run_cli_with_config(args, config, tmp_path, service_env)
     assert result.returncode != 0
     assert "bad --drop-events" in result.stderr
     assert "Traceback" not in result.stderr

@@ -32,11 +32,10 @@ async def test_registration_then_heartbeats_with_increasing_seq(
 async def test_running_kernels_are_in_the_heartbeat(
     agent: AgentDaemon, events: AgentEvents, client: AgentRPCClient
 ) -> None:
-    from tests.agent.conftest import spec
+    from tests.agent.conftest import run_kernel, spec
 
     kernel = spec(None, session_type="interactive")
-    await client.create_kernels(agent.rpc_addr, [kernel])
-    await events.wait_kernel("kernel.running", kernel.kernel_id)
+    await run_kernel(client, agent.rpc_addr, events, kernel)
     beat = await events.wait_for(
         lambda e: isinstance(e, AgentHeartbeat) and kernel.kernel_id in e.running_kernels
     )

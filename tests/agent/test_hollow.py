@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import redis.asyncio as aioredis
 from pydantic import BaseModel
@@ -32,7 +31,7 @@ from sokovan.common.rpc import (
 )
 from sokovan.common.settings import Settings
 from sokovan.common.slots import ResourceSlots
-from tests.agent.conftest import AgentEvents, Empty, FleetFactory, spec
+from tests.agent.conftest import AgentEvents, Empty, FleetFactory, post_rpc, spec
 
 
 @pytest.mark.parametrize(
@@ -65,11 +64,7 @@ def test_hollow_ids() -> None:
 async def raw_call(fleet_addr: str, secret: str, method: str, body: BaseModel, agent_id: str) -> Any:
     data = body.model_dump_json().encode()
     headers = signed_headers(secret, data, agent_id=agent_id) if secret else {}
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(f"http://{fleet_addr}/rpc/{method}", data=data, headers=headers) as resp,
-    ):
-        return resp.status, await resp.json()
+    return await post_rpc(fleet_addr, method, data, headers)
 
 
 async def test_fleet_registers_every_agent_with_the_shared_rpc_addr(
@@ -163,11 +158,8 @@ async def test_requests_the_fleet_cannot_serve_start_nothing(
     data = CreateKernelsRequest(kernels=[rejected]).model_dump_json().encode()
     headers = signed_headers(settings.cluster_secret or "", data, agent_id="hollow-0000")
     headers["X-Sokovan-Agent"] = "hollow-0001"
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(f"http://{fleet.rpc_addr}/rpc/create_kernels", data=data, headers=headers) as resp,
-    ):
-        assert resp.status == 401
+    code, _ = await post_rpc(fleet.rpc_addr, "create_kernels", data, headers)
+    assert code == 401
 
     events = AgentEvents(redis, settings, None)
     accepted = spec("true")

@@ -10,10 +10,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from sokovan.common.events import AgentHeartbeat, KernelTerminated
-from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.settings import Settings
-from tests.agent.conftest import AgentEvents, Empty, spec
-from tests.agent.test_cli import SOKOVAN, run_cli
+from tests.agent.conftest import AgentEvents, Empty, run_kernel, spec
+from tests.agent.test_cli import agent_process, run_cli
 
 
 @pytest.mark.parametrize(
@@ -38,26 +37,9 @@ async def test_simulated_fleet_registers_serves_and_stops_on_sigterm(
 ) -> None:
     prefix = f"sim{uuid.uuid4().hex[:6]}"
     ids = [f"{prefix}-000{i}" for i in range(3)]
-    proc = await asyncio.create_subprocess_exec(
-        SOKOVAN,
-        "agent",
-        "--simulate",
-        "3",
-        "--id",
-        prefix,
-        "--rpc-port",
-        "0",
-        "--slots",
-        "cpu=8,mem=16g",
-        "--heartbeat-interval",
-        "0.5",
-        env=service_env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    args = ["--simulate", "3", "--id", prefix, "--rpc-port", "0", "--slots", "cpu=8,mem=16g"]
     events = AgentEvents(redis, settings, None)
-    client = AgentRPCClient(settings.cluster_secret or "")
-    try:
+    async with agent_process([*args, "--heartbeat-interval", "0.5"], service_env, settings) as (proc, client):
         await events.wait_for(
             lambda _: {e.agent_id for e in events.seen if isinstance(e, AgentHeartbeat)} >= set(ids)
         )
@@ -69,16 +51,10 @@ async def test_simulated_fleet_registers_serves_and_stops_on_sigterm(
 
         assert await client.call(rpc_addr, "ping", Empty(), ids[2]) == {"agent_id": ids[2]}
         idle = spec(None, session_type="interactive")
-        await client.create_kernels(rpc_addr, [idle], agent_id=ids[1])
-        await events.wait_kernel("kernel.running", idle.kernel_id)
+        await run_kernel(client, rpc_addr, events, idle, agent_id=ids[1])
 
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 30) == 0
-    finally:
-        await client.close()
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
 
     await events.wait_for(
         lambda _: {e.agent_id for e in events.seen if e.name == "agent.stopping"} >= set(ids)

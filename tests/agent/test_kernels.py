@@ -15,7 +15,7 @@ from sokovan.common.events import (
     KernelTerminated,
 )
 from sokovan.common.rpc import AgentRPCClient, RPCError
-from tests.agent.conftest import AgentEvents, spec
+from tests.agent.conftest import AgentEvents, run_kernel, spec
 
 
 def assert_gone(pid: int) -> None:
@@ -73,8 +73,7 @@ async def test_interactive_kernel_idles_until_destroyed(
     agent: AgentDaemon, events: AgentEvents, client: AgentRPCClient
 ) -> None:
     kernel = spec(None, session_type="interactive")
-    await client.create_kernels(agent.rpc_addr, [kernel])
-    running = await events.wait_kernel("kernel.running", kernel.kernel_id)
+    running = await run_kernel(client, agent.rpc_addr, events, kernel)
     assert isinstance(running, KernelRunning) and running.pid
     os.kill(running.pid, 0)  # alive
     assert agent.backend.running_kernels() == [kernel.kernel_id]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-import aiohttp
 import pytest
 import redis.asyncio as aioredis
 
@@ -25,7 +24,7 @@ from sokovan.common.rpc import (
     signed_headers,
 )
 from sokovan.common.settings import Settings
-from tests.agent.conftest import AgentEvents, FleetFactory, spec
+from tests.agent.conftest import AgentEvents, FleetFactory, post_rpc, run_kernel, signed, spec
 
 
 def item(kernel: KernelSpec | None, phase: str, image: str = "") -> ReconcileItem:
@@ -35,6 +34,27 @@ def item(kernel: KernelSpec | None, phase: str, image: str = "") -> ReconcileIte
     return ReconcileItem(
         kernel_id=kernel.kernel_id, session_id=kernel.session_id, image=image or kernel.image, phase=phase
     )
+
+
+def never_heard_of() -> dict[str, ReconcileItem]:
+    """Items for kernels no agent has heard of, one for each phase the manager may believe them in."""
+    return {
+        "lost": item(None, "run"),
+        "unknown": item(None, "terminate"),
+        "prepared": item(None, "pull", image="python:3"),
+        "pull_failed": item(None, "pull", image="cuda:12"),
+    }
+
+
+def assert_judged_by_phase(state: dict[str, AgentEvent], agent_id: str) -> None:
+    """`never_heard_of()`'s kernels are reported by the phase the manager believes them in."""
+    assert isinstance(state["lost"], KernelTerminated)
+    assert (state["lost"].exit_code, state["lost"].reason) == (None, "lost")
+    assert isinstance(state["unknown"], KernelTerminated)
+    assert (state["unknown"].exit_code, state["unknown"].reason) == (None, "unknown")
+    assert isinstance(state["prepared"], KernelPrepared)
+    assert isinstance(state["pull_failed"], KernelImagePullFailed)
+    assert state["pull_failed"].message == f"image 'cuda:12' is not available on agent {agent_id}"
 
 
 async def reconcile_and_collect(
@@ -77,27 +97,14 @@ async def test_reconcile_reports_live_ended_and_unknown_kernels(
     await events.wait_kernel("kernel.terminated", ended.kernel_id)
     await events.wait_kernel("kernel.running", ended.kernel_id)
 
-    items = {
-        "live": item(live, "run"),
-        "ended": item(ended, "run"),
-        "lost": item(None, "run"),
-        "unknown": item(None, "terminate"),
-        "prepared": item(None, "pull", image="python:3"),
-        "pull_failed": item(None, "pull", image="cuda:12"),
-    }
+    items = {"live": item(live, "run"), "ended": item(ended, "run"), **never_heard_of()}
     got = await reconcile_and_collect(client, agent.rpc_addr, events, list(items.values()))
     state = {case: got[i.kernel_id] for case, i in items.items()}
 
     assert isinstance(state["live"], KernelRunning) and state["live"].pid == running.pid
     assert isinstance(state["ended"], KernelTerminated)
     assert (state["ended"].exit_code, state["ended"].reason) == (3, "exited")
-    assert isinstance(state["lost"], KernelTerminated)
-    assert (state["lost"].exit_code, state["lost"].reason) == (None, "lost")
-    assert isinstance(state["unknown"], KernelTerminated)
-    assert (state["unknown"].exit_code, state["unknown"].reason) == (None, "unknown")
-    assert isinstance(state["prepared"], KernelPrepared)
-    assert isinstance(state["pull_failed"], KernelImagePullFailed)
-    assert state["pull_failed"].message == f"image 'cuda:12' is not available on agent {agent.agent_id}"
+    assert_judged_by_phase(state, agent.agent_id)
 
     # Nothing was started or stopped.
     assert agent.backend.running_kernels() == [live.kernel_id]
@@ -110,8 +117,7 @@ async def test_reconcile_keeps_the_original_reason_of_an_ended_kernel(
     agent: AgentDaemon, events: AgentEvents, client: AgentRPCClient
 ) -> None:
     destroyed = spec(None, session_type="interactive")
-    await client.create_kernels(agent.rpc_addr, [destroyed])
-    await events.wait_kernel("kernel.running", destroyed.kernel_id)
+    await run_kernel(client, agent.rpc_addr, events, destroyed)
     await client.destroy_kernels(agent.rpc_addr, [destroyed.kernel_id])
     await events.wait_kernel("kernel.terminated", destroyed.kernel_id)
 
@@ -129,27 +135,17 @@ async def test_unsigned_reconcile_is_401_and_publishes_nothing(
     rejected = item(None, "run")
     body = ReconcileRequest(kernels=[rejected]).model_dump_json().encode()
     for headers in ({"Content-Type": "application/json"}, signed_headers("not-the-secret", body)):
-        async with (
-            aiohttp.ClientSession() as http,
-            http.post(f"http://{agent.rpc_addr}/rpc/reconcile", data=body, headers=headers) as resp,
-        ):
-            assert resp.status == 401
+        status, _ = await post_rpc(agent.rpc_addr, "reconcile", body, headers)
+        assert status == 401
     await reconcile_and_collect(client, agent.rpc_addr, events, [])
     assert events.of_kernel(rejected.kernel_id) == []
 
 
 @pytest.mark.parametrize("body", [b"{}", b'{"kernels": [{"kernel_id": "k1", "session_id": "s1"}]}'])
 async def test_invalid_reconcile_is_400(agent: AgentDaemon, body: bytes) -> None:
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(
-            f"http://{agent.rpc_addr}/rpc/reconcile",
-            data=body,
-            headers=signed_headers(agent.settings.cluster_secret or "", body),
-        ) as resp,
-    ):
-        assert resp.status == 400
-        assert (await resp.json())["error"].startswith("invalid reconcile request")
+    status, answer = await post_rpc(agent.rpc_addr, "reconcile", body, signed(agent, body))
+    assert status == 400
+    assert answer["error"].startswith("invalid reconcile request")
 
 
 async def test_hollow_fleet_reconciles_through_the_agent_named_in_the_header(
@@ -170,10 +166,7 @@ async def test_hollow_fleet_reconciles_through_the_agent_named_in_the_header(
         "live": item(live, "run"),
         "exited": item(exited, "run"),
         "destroyed": item(destroyed, "terminate"),
-        "lost": item(None, "run"),
-        "unknown": item(None, "terminate"),
-        "prepared": item(None, "pull", image="python:3"),
-        "pull_failed": item(None, "pull", image="cuda:12"),
+        **never_heard_of(),
     }
     got = await reconcile_and_collect(
         client, fleet.rpc_addr, events, list(items.values()), agent_id="hollow-0001"
@@ -184,13 +177,7 @@ async def test_hollow_fleet_reconciles_through_the_agent_named_in_the_header(
     assert (state["exited"].exit_code, state["exited"].reason) == (0, "exited")
     assert isinstance(state["destroyed"], KernelTerminated)
     assert (state["destroyed"].exit_code, state["destroyed"].reason) == (143, "destroyed")
-    assert isinstance(state["lost"], KernelTerminated)
-    assert (state["lost"].exit_code, state["lost"].reason) == (None, "lost")
-    assert isinstance(state["unknown"], KernelTerminated)
-    assert (state["unknown"].exit_code, state["unknown"].reason) == (None, "unknown")
-    assert isinstance(state["prepared"], KernelPrepared)
-    assert isinstance(state["pull_failed"], KernelImagePullFailed)
-    assert state["pull_failed"].message == "image 'cuda:12' is not available on agent hollow-0001"
+    assert_judged_by_phase(state, "hollow-0001")
     assert fleet.agents["hollow-0001"].running_kernels() == [live.kernel_id]
     assert fleet.agents["hollow-0000"].running_kernels() == []
 
@@ -221,10 +208,7 @@ async def test_hollow_reconcile_it_cannot_serve_publishes_nothing(
     body = ReconcileRequest(kernels=[rejected]).model_dump_json().encode()
     secret = "" if case == "unsigned" else settings.cluster_secret or ""
     headers = signed_headers(secret, body, agent_id=agent_id) if secret else {"X-Sokovan-Agent": agent_id}
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(f"http://{fleet.rpc_addr}/rpc/reconcile", data=body, headers=headers) as resp,
-    ):
-        assert resp.status == status
+    code, _ = await post_rpc(fleet.rpc_addr, "reconcile", body, headers)
+    assert code == status
     await reconcile_and_collect(client, fleet.rpc_addr, events, [], agent_id="hollow-0000")
     assert events.of_kernel(rejected.kernel_id) == []

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import time
 
-import aiohttp
 import pytest
 
 from sokovan.agent.daemon import AgentDaemon
 from sokovan.common.rpc import AgentRPCClient, CreateKernelsRequest, signed_headers
-from tests.agent.conftest import AgentEvents, Empty, spec
+from tests.agent.conftest import AgentEvents, Empty, assert_nothing_started, post_rpc, signed, spec
 
 BAD_HEADERS = {
     "unsigned": lambda body, secret: {"Content-Type": "application/json"},
@@ -27,37 +26,19 @@ async def test_bad_signature_is_401_and_starts_nothing(
     secret = agent.settings.cluster_secret or ""
     rejected = spec("echo should-not-run")
     body = CreateKernelsRequest(kernels=[rejected]).model_dump_json().encode()
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(
-            f"http://{agent.rpc_addr}/rpc/create_kernels", data=body, headers=BAD_HEADERS[case](body, secret)
-        ) as resp,
-    ):
-        assert resp.status == 401
-        assert "error" in await resp.json()
+    status, answer = await post_rpc(agent.rpc_addr, "create_kernels", body, BAD_HEADERS[case](body, secret))
+    assert status == 401
+    assert "error" in answer
 
-    # A signed call afterwards is served; its events come after anything the rejected one
-    # could have emitted (one ordered outbox), and there is none.
-    accepted = spec("true")
-    await client.check_and_pull(agent.rpc_addr, [accepted])
-    await events.wait_kernel("kernel.prepared", accepted.kernel_id)
-    assert events.of_kernel(rejected.kernel_id) == []
-    assert agent.backend.running_kernels() == []
-    assert not (agent.work_dir / rejected.kernel_id).exists()
+    # A signed call afterwards is served, and nothing of the rejected one was.
+    await assert_nothing_started(agent, events, client, rejected.kernel_id)
 
 
 async def test_unknown_method_is_404(agent: AgentDaemon) -> None:
     body = b"{}"
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(
-            f"http://{agent.rpc_addr}/rpc/format_disk",
-            data=body,
-            headers=signed_headers(agent.settings.cluster_secret or "", body),
-        ) as resp,
-    ):
-        assert resp.status == 404
-        assert "format_disk" in (await resp.json())["error"]
+    status, answer = await post_rpc(agent.rpc_addr, "format_disk", body, signed(agent, body))
+    assert status == 404
+    assert "format_disk" in answer["error"]
 
 
 @pytest.mark.parametrize(
@@ -71,41 +52,22 @@ async def test_unknown_method_is_404(agent: AgentDaemon) -> None:
     ],
 )
 async def test_invalid_body_is_400(agent: AgentDaemon, method: str, body: bytes) -> None:
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(
-            f"http://{agent.rpc_addr}/rpc/{method}",
-            data=body,
-            headers=signed_headers(agent.settings.cluster_secret or "", body),
-        ) as resp,
-    ):
-        assert resp.status == 400
-        assert (await resp.json())["error"].startswith(f"invalid {method} request")
+    status, answer = await post_rpc(agent.rpc_addr, method, body, signed(agent, body))
+    assert status == 400
+    assert answer["error"].startswith(f"invalid {method} request")
     assert agent.backend.running_kernels() == []
 
 
 async def test_request_for_another_agent_is_404_and_starts_nothing(
     agent: AgentDaemon, events: AgentEvents, client: AgentRPCClient
 ) -> None:
-    secret = agent.settings.cluster_secret or ""
     rejected = spec("echo should-not-run")
     body = CreateKernelsRequest(kernels=[rejected]).model_dump_json().encode()
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(
-            f"http://{agent.rpc_addr}/rpc/create_kernels",
-            data=body,
-            headers=signed_headers(secret, body, agent_id="some-other-agent"),
-        ) as resp,
-    ):
-        assert resp.status == 404
-        assert (await resp.json())["error"].startswith("unknown agent 'some-other-agent'")
+    headers = signed(agent, body, agent_id="some-other-agent")
+    status, answer = await post_rpc(agent.rpc_addr, "create_kernels", body, headers)
+    assert status == 404
+    assert answer["error"].startswith("unknown agent 'some-other-agent'")
 
     # Its own id (like no header at all) is served.
     assert await client.call(agent.rpc_addr, "ping", Empty(), agent.agent_id) == {"agent_id": agent.agent_id}
-    accepted = spec("true")
-    await client.check_and_pull(agent.rpc_addr, [accepted], agent_id=agent.agent_id)
-    await events.wait_kernel("kernel.prepared", accepted.kernel_id)
-    assert events.of_kernel(rejected.kernel_id) == []
-    assert agent.backend.running_kernels() == []
-    assert not (agent.work_dir / rejected.kernel_id).exists()
+    await assert_nothing_started(agent, events, client, rejected.kernel_id, agent_id=agent.agent_id)
