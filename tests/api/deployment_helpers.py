@@ -11,6 +11,7 @@ from sqlalchemy import func, insert, select, update
 from sokovan.common.types import EndpointLifecycle
 from sokovan.db.models import AuditLog, Deployment, DeploymentHistory, Route, RouteHistory, Session
 from tests.api.conftest import Api, add_agent
+from tests.orchestrator.db_seed import session_row
 
 MODEL_IMAGES = ["vllm", "tgi", "sglang"]
 CUSTOM = {"type": "custom", "image": "python:3", "command": "python3 -m http.server $PORT"}
@@ -83,18 +84,17 @@ async def add_replica_session(
         ).one()
         await conn.execute(
             insert(Session).values(
-                id=uuid.uuid4(),
-                name=f"{user}-replica",
-                access_key=dep.access_key,
-                user_id=dep.user_id,
-                project_id=dep.project_id,
-                domain_name="default",
-                scaling_group="default",
-                type="inference",
-                image="python:3",
-                resources={"cpu": "1"},
-                status=status,
-                status_info=info,
-                deployment_id=uuid.UUID(deployment_id),
+                session_row(
+                    id=uuid.uuid4(),
+                    name=f"{user}-replica",
+                    access_key=dep.access_key,
+                    user_id=dep.user_id,
+                    project_id=dep.project_id,
+                    type="inference",
+                    resources={"cpu": "1"},
+                    status=status,
+                    status_info=info,
+                    deployment_id=uuid.UUID(deployment_id),
+                )
             )
         )

@@ -5,11 +5,35 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import Row, Select, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.common.types import AgentStatus, KernelStatus, SessionStatus
 from sokovan.db.models import Agent, Domain, Kernel, Keypair, Project, ScalingGroup, Session, User
+
+
+async def read_one(engine: AsyncEngine, query: Select[Any]) -> Row[Any]:
+    """The one row `query` reads (on a connection of its own)."""
+    async with engine.connect() as conn:
+        return (await conn.execute(query)).one()
+
+
+async def read_column(engine: AsyncEngine, query: Select[Any]) -> list[Any]:
+    """The first column of every row `query` reads, in its order (on a connection of its own)."""
+    async with engine.connect() as conn:
+        return list((await conn.execute(query)).scalars())
+
+
+async def session_kernel(engine: AsyncEngine, sid: uuid.UUID, column: Any) -> tuple[uuid.UUID, str, Any]:
+    """(id, status, `column`) of the one kernel of the session `sid`."""
+    row = await read_one(engine, select(Kernel.id, Kernel.status, column).where(Kernel.session_id == sid))
+    return row[0], row[1], row[2]
+
+
+def session_row(**values: Any) -> dict[str, Any]:
+    """A `sessions` row of the default domain and scaling group, running `python:3`: `values` give the
+    rest (id, name, owner, type, resources, status, ...)."""
+    return dict(domain_name="default", scaling_group="default", image="python:3", **values)
 
 
 class Seed:
@@ -66,20 +90,19 @@ class Seed:
         async with self.engine.begin() as conn:
             await conn.execute(
                 insert(Session).values(
-                    id=sid,
-                    name=f"s-{sid.hex[:8]}",
-                    access_key="AK1",
-                    user_id=self.user_id,
-                    project_id=self.project_id,
-                    domain_name="default",
-                    scaling_group="default",
-                    type="batch",
-                    image="python:3",
-                    command="true",
-                    resources=slots,
-                    cluster_size=size,
-                    status=status.value,
-                    **extra,
+                    session_row(
+                        id=sid,
+                        name=f"s-{sid.hex[:8]}",
+                        access_key="AK1",
+                        user_id=self.user_id,
+                        project_id=self.project_id,
+                        type="batch",
+                        command="true",
+                        resources=slots,
+                        cluster_size=size,
+                        status=status.value,
+                        **extra,
+                    )
                 )
             )
             await conn.execute(

@@ -19,22 +19,18 @@ from sokovan.orchestrator.schedule.coordinator import ScheduleCoordinator
 from sokovan.orchestrator.schedule.handlers.lifecycle.schedule_new_sessions import ScheduleNewSessions
 from sokovan.state.occupancy import agent_occupancy
 from sokovan.state.session_writes import SessionTransition, apply_session_transitions
-from tests.orchestrator.db_seed import Seed
+from tests.orchestrator.db_seed import Seed, read_column, read_one
 
 
 async def status_of(engine: AsyncEngine, sid: uuid.UUID) -> tuple[str, dict[str, object], str | None]:
-    async with engine.connect() as conn:
-        row = (
-            await conn.execute(
-                select(Session.status, Session.status_info, Session.result).where(Session.id == sid)
-            )
-        ).one()
+    row = await read_one(
+        engine, select(Session.status, Session.status_info, Session.result).where(Session.id == sid)
+    )
     return row.status, row.status_info, row.result
 
 
 async def kernel_statuses(engine: AsyncEngine, sid: uuid.UUID) -> list[str]:
-    async with engine.connect() as conn:
-        return list((await conn.execute(select(Kernel.status).where(Kernel.session_id == sid))).scalars())
+    return await read_column(engine, select(Kernel.status).where(Kernel.session_id == sid))
 
 
 async def test_guarded_transition_records_stale_rows_instead_of_overwriting(engine: AsyncEngine) -> None:
@@ -153,16 +149,12 @@ async def test_promotions_follow_kernel_statuses_to_the_end(engine: AsyncEngine)
         "KERNEL_NONZERO_EXIT",
         3,
     )
-    async with engine.connect() as conn:
-        handlers = list(
-            (
-                await conn.execute(
-                    select(SessionSchedulingHistory.handler)
-                    .where(SessionSchedulingHistory.session_id == ok)
-                    .order_by(SessionSchedulingHistory.id)
-                )
-            ).scalars()
-        )
+    handlers = await read_column(
+        engine,
+        select(SessionSchedulingHistory.handler)
+        .where(SessionSchedulingHistory.session_id == ok)
+        .order_by(SessionSchedulingHistory.id),
+    )
     assert handlers == ["PromoteToRunning", "DetectTermination", "PromoteToTerminated"]
 
 

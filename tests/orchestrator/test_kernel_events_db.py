@@ -12,17 +12,11 @@ from sokovan.common.events import KernelPrepared, KernelPulling, KernelRunning, 
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.db.models import Kernel, KernelSchedulingHistory
 from sokovan.state.kernel_events import KernelEventApplier
-from tests.orchestrator.db_seed import Seed
+from tests.orchestrator.db_seed import Seed, read_column, session_kernel
 
 
 async def kernel_of(engine: AsyncEngine, sid: uuid.UUID) -> tuple[uuid.UUID, str, int | None]:
-    async with engine.connect() as conn:
-        row = (
-            await conn.execute(
-                select(Kernel.id, Kernel.status, Kernel.exit_code).where(Kernel.session_id == sid)
-            )
-        ).one()
-    return row.id, row.status, row.exit_code
+    return await session_kernel(engine, sid, Kernel.exit_code)
 
 
 async def test_events_apply_in_order_and_late_ones_never_move_a_kernel_back(engine: AsyncEngine) -> None:
@@ -44,16 +38,12 @@ async def test_events_apply_in_order_and_late_ones_never_move_a_kernel_back(engi
     for late in (KernelRunning(**ev), KernelPulling(**ev), KernelTerminated(exit_code=9, **ev)):
         assert await applier.apply_many([late]) == []
     assert (await kernel_of(engine, sid))[1:] == ("TERMINATED", 0)
-    async with engine.connect() as conn:
-        trail = list(
-            (
-                await conn.execute(
-                    select(KernelSchedulingHistory.to_status)
-                    .where(KernelSchedulingHistory.kernel_id == kid)
-                    .order_by(KernelSchedulingHistory.id)
-                )
-            ).scalars()
-        )
+    trail = await read_column(
+        engine,
+        select(KernelSchedulingHistory.to_status)
+        .where(KernelSchedulingHistory.kernel_id == kid)
+        .order_by(KernelSchedulingHistory.id),
+    )
     assert trail == ["PREPARED", "TERMINATED"]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.common.events import KernelRunning, KernelTerminated, decode_event, encode_event
@@ -13,19 +12,13 @@ from sokovan.common.signing import sign
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.db.models import Kernel
 from sokovan.state.kernel_events import KernelEventApplier, _coalesce, transition_for
-from tests.orchestrator.db_seed import Seed
+from tests.orchestrator.db_seed import Seed, session_kernel
 
 ADDR = "http://127.0.0.1:40001"
 
 
 async def kernel_row(engine: AsyncEngine, sid: uuid.UUID) -> tuple[uuid.UUID, str, str | None]:
-    async with engine.connect() as conn:
-        row = (
-            await conn.execute(
-                select(Kernel.id, Kernel.status, Kernel.service_addr).where(Kernel.session_id == sid)
-            )
-        ).one()
-    return row.id, row.status, row.service_addr
+    return await session_kernel(engine, sid, Kernel.service_addr)
 
 
 async def creating_kernel(seed: Seed) -> tuple[uuid.UUID, dict[str, str]]:

@@ -15,7 +15,7 @@ from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.config.cluster import ClusterConfig
 from sokovan.db.models import Kernel, Project, Session
 from sokovan.orchestrator.retry.engine import RetryCoordinator
-from tests.orchestrator.db_seed import Seed
+from tests.orchestrator.db_seed import Seed, read_one
 
 FAST = {"max_retries": 2, "retry_delay": 0.05, "jitter": "none"}
 
@@ -31,8 +31,7 @@ async def failed(seed: Seed, cause: str = "KERNEL_NONZERO_EXIT", **extra: Any) -
 
 
 async def row(engine: AsyncEngine, sid: uuid.UUID) -> Any:
-    async with engine.connect() as conn:
-        return (await conn.execute(select(Session).where(Session.id == sid))).one()
+    return await read_one(engine, select(Session).where(Session.id == sid))
 
 
 async def children(engine: AsyncEngine, parent: uuid.UUID) -> list[Any]:
