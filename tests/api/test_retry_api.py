@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import aetcd
@@ -35,6 +36,22 @@ async def wait_for(predicate: Callable[[], Any], seconds: float = 10.0) -> None:
     while not await predicate():
         assert asyncio.get_running_loop().time() < deadline, "condition not reached"
         await asyncio.sleep(0.05)
+
+
+@asynccontextmanager
+async def app_with_default(
+    ctx: ManagerContext, retry_policy_default: bytes
+) -> AsyncIterator[tuple[TestClient, ClusterConfig]]:  # type: ignore[type-arg]
+    """An app of its own, served, with a live cluster config whose `manager/retry_policy_default`
+    is this; the client and that config."""
+    live = ClusterConfig()
+    live.apply("manager/retry_policy_default", retry_policy_default)
+    client = TestClient(TestServer(create_app(ctx, live)))
+    await client.start_server()
+    try:
+        yield client, live
+    finally:
+        await client.close()
 
 
 async def get_default(api: Api, headers: dict[str, str]) -> dict[str, Any]:
@@ -135,18 +152,12 @@ async def test_every_managers_watcher_picks_up_a_write(
 
 
 async def test_app_reads_the_managers_own_config(ctx: ManagerContext, api: Api) -> None:
-    live = ClusterConfig()
-    live.apply("manager/retry_policy_default", b'{"max_retries": 7}')
-    client = TestClient(TestServer(create_app(ctx, live)))
-    await client.start_server()
-    try:
+    async with app_with_default(ctx, b'{"max_retries": 7}') as (client, live):
         resp = await client.get(PATH, headers=api.alice)
         assert (await resp.json())["max_retries"] == 7
         resp = await client.put(PATH, json={"max_retries": 2}, headers=api.admin)
         assert resp.status == 200
         assert live.retry_policy_default.max_retries == 2  # applied at once, the watcher confirms it
-    finally:
-        await client.close()
 
 
 async def test_openapi_lists_the_retry_routes(api: Api) -> None:
@@ -302,11 +313,7 @@ async def test_retry_policy_is_accepted_and_refused_on_create(api: Api) -> None:
 
 async def test_a_new_session_counts_its_attempts_from_the_defaults(ctx: ManagerContext, api: Api) -> None:
     """Session > project > domain > cluster, field by field: known from creation on."""
-    live = ClusterConfig()
-    live.apply("manager/retry_policy_default", b'{"max_retries": 2}')
-    client = TestClient(TestServer(create_app(ctx, live)))
-    await client.start_server()
-    try:
+    async with app_with_default(ctx, b'{"max_retries": 2}') as (client, _):
         body = {"image": "python:3", "type": "batch", "command": "true"}
         resp = await client.post("/v2/sessions", json=body, headers=api.alice)
         assert (await resp.json())["retry_state"] == "attempt 1 of 3"  # the cluster default
@@ -319,5 +326,3 @@ async def test_a_new_session_counts_its_attempts_from_the_defaults(ctx: ManagerC
         own = {**body, "retry_policy": {"max_retries": 0}}
         resp = await client.post("/v2/sessions", json=own, headers=api.alice)
         assert (await resp.json())["retry_state"] == "attempt 1 of 1"  # the session's own wins
-    finally:
-        await client.close()

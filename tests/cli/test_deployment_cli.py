@@ -16,8 +16,8 @@ from sokovan.manager.context import ManagerContext
 from tests.api.conftest import Api
 from tests.api.deployment_helpers import add_model_agent, add_route, add_route_history, counts, created
 from tests.api.test_events import user_id
-from tests.cli.conftest import run_cli
-from tests.cli.test_wait_events import LINE_TIMEOUT, _line, _OldServerClient, _start, _subscribed
+from tests.cli.conftest import run_cli, start_cli
+from tests.cli.test_wait_events import LINE_TIMEOUT, _line, _OldServerClient, _subscribed
 
 
 async def test_create_info_list_scale_routes_history_destroy(api: Api, cli_env: dict[str, str]) -> None:
@@ -127,7 +127,7 @@ async def _set(api: Api, did: str, status: str) -> None:
 async def test_create_wait_follows_to_ready(api: Api, ctx: ManagerContext, cli_env: dict[str, str]) -> None:
     publisher = UserEventPublisher(ctx.redis, ctx.settings.etcd_prefix)
     alice = await user_id(api, "alice")
-    proc = await _start(
+    proc = await start_cli(
         "deployment", "create", "--name", "w1", "--image", "python:3", "--command", "serve $PORT",
         "--replicas", "1", "--wait", "--timeout", "60", env=cli_env,
     )  # fmt: skip
@@ -170,7 +170,7 @@ async def test_create_wait_times_out_or_ends_destroyed(api: Api, cli_env: dict[s
     )  # fmt: skip
     assert res.code == 1
     assert "timed out after 1s: PENDING  0/1 replicas ready" in res.err
-    proc = await _start(
+    proc = await start_cli(
         "deployment", "create", "--name", "doomed", "--image", "shell", "--command", "x", "--wait", "--json",
         env=cli_env,
     )  # fmt: skip

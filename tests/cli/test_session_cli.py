@@ -7,11 +7,10 @@ import uuid
 
 from sqlalchemy import update
 
-from sokovan.common.types import SchedulingResult, SessionStatus
 from sokovan.db.models import Kernel, Session
-from sokovan.state.session_writes import SessionTransition, apply_session_transitions
+from sokovan.state.session_writes import apply_session_transitions
 from tests.api.conftest import Api
-from tests.cli.conftest import SOKOVAN, run_cli
+from tests.cli.conftest import run_cli, session_move, start_cli
 
 
 async def test_create_info_list_terminate(api: Api, cli_env: dict[str, str]) -> None:
@@ -66,12 +65,6 @@ async def test_unreachable_api_and_missing_token(cli_env: dict[str, str]) -> Non
     assert res.code == 1 and "no token" in res.err
 
 
-async def _wait_process(*args: str, env: dict[str, str]) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        SOKOVAN, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-
-
 async def _session_id(api: Api, name: str) -> uuid.UUID:
     for _ in range(300):
         body = await (await api.client.get("/v2/sessions", headers=api.admin)).json()
@@ -83,7 +76,7 @@ async def _session_id(api: Api, name: str) -> uuid.UUID:
 
 
 async def test_create_wait_follows_to_running(api: Api, cli_env: dict[str, str]) -> None:
-    proc = await _wait_process(
+    proc = await start_cli(
         "session",
         "create",
         "--image",
@@ -99,14 +92,7 @@ async def test_create_wait_follows_to_running(api: Api, cli_env: dict[str, str])
     for src, dst in (("PENDING", "SCHEDULED"), ("SCHEDULED", "RUNNING")):
         await asyncio.sleep(0.6)
         async with api.engine.begin() as conn:
-            move = SessionTransition(
-                session_id=sid,
-                expected=frozenset({SessionStatus(src)}),
-                to_status=SessionStatus(dst),
-                handler="test",
-                result=SchedulingResult.SUCCESS,
-            )
-            await apply_session_transitions(conn, [move])
+            await apply_session_transitions(conn, [session_move(sid, src, dst)])
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()
     lines = out.decode().splitlines()
@@ -119,7 +105,7 @@ async def test_create_wait_follows_to_running(api: Api, cli_env: dict[str, str])
 
 
 async def test_create_wait_exits_1_when_cancelled(api: Api, cli_env: dict[str, str]) -> None:
-    proc = await _wait_process(
+    proc = await start_cli(
         "session",
         "create",
         "--image",
@@ -148,7 +134,7 @@ async def test_create_wait_exits_1_when_cancelled(api: Api, cli_env: dict[str, s
 
 
 async def test_wait_success_exit_code(api: Api, cli_env: dict[str, str]) -> None:
-    proc = await _wait_process(
+    proc = await start_cli(
         "session", "create", "--image", "python:3", "--command", "true", "--name", "w3", "--wait", "--json",
         env=cli_env,
     )  # fmt: skip

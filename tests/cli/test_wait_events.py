@@ -12,21 +12,14 @@ from sqlalchemy import select
 from sokovan.bus.user_events import UserEvent, UserEventPublisher, user_events_channel
 from sokovan.cli import session_follow
 from sokovan.cli.client import ApiClient, EventStream
-from sokovan.common.types import SchedulingResult, SessionStatus
 from sokovan.db.models import User
 from sokovan.manager.context import ManagerContext
-from sokovan.state.session_writes import SessionTransition, apply_session_transitions
+from sokovan.state.session_writes import apply_session_transitions
 from tests.api.conftest import Api
-from tests.cli.conftest import SOKOVAN, run_cli
+from tests.cli.conftest import run_cli, session_move, start_cli
 from tests.cli.test_session_cli import _session_id
 
 LINE_TIMEOUT = 10.0
-
-
-async def _start(*args: str, env: dict[str, str]) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        SOKOVAN, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
 
 
 async def _line(proc: asyncio.subprocess.Process, within: float = LINE_TIMEOUT) -> str:
@@ -51,14 +44,9 @@ async def _user_id(api: Api, name: str) -> str:
         return str((await conn.execute(select(User.id).where(User.name == name))).scalar_one())
 
 
-def _move(sid: uuid.UUID, src: str, dst: str) -> SessionTransition:
-    return SessionTransition(
-        session_id=sid,
-        expected=frozenset({SessionStatus(src)}),
-        to_status=SessionStatus(dst),
-        handler="test",
-        result=SchedulingResult.SUCCESS,
-    )
+@pytest.fixture
+def publisher(ctx: ManagerContext) -> UserEventPublisher:
+    return UserEventPublisher(ctx.redis, ctx.settings.etcd_prefix)
 
 
 def _status(sid: uuid.UUID, owner: str, src: str, dst: str, **detail: Any) -> UserEvent:
@@ -73,11 +61,10 @@ def _move_of(line: str) -> str:
 
 
 async def test_create_wait_prints_events_as_they_come(
-    api: Api, ctx: ManagerContext, cli_env: dict[str, str]
+    api: Api, ctx: ManagerContext, publisher: UserEventPublisher, cli_env: dict[str, str]
 ) -> None:
-    publisher = UserEventPublisher(ctx.redis, ctx.settings.etcd_prefix)
     alice = await _user_id(api, "alice")
-    proc = await _start(
+    proc = await start_cli(
         "session", "create", "--image", "shell", "--type", "interactive", "--name", "ev1", "--wait",
         env=cli_env,
     )  # fmt: skip
@@ -123,12 +110,11 @@ async def test_create_wait_prints_events_as_they_come(
 
 
 async def test_a_transition_in_history_and_on_the_stream_is_printed_once(
-    api: Api, ctx: ManagerContext, cli_env: dict[str, str]
+    api: Api, ctx: ManagerContext, publisher: UserEventPublisher, cli_env: dict[str, str]
 ) -> None:
     """As the orchestrator does it: the move is committed (with its history row), then published."""
-    publisher = UserEventPublisher(ctx.redis, ctx.settings.etcd_prefix)
     alice = await _user_id(api, "alice")
-    proc = await _start(
+    proc = await start_cli(
         "session", "create", "--image", "shell", "--type", "interactive", "--name", "ev2", "--wait",
         env=cli_env,
     )  # fmt: skip
@@ -138,7 +124,7 @@ async def test_a_transition_in_history_and_on_the_stream_is_printed_once(
     # second at once (the CLI reads it in the history afterwards): each is printed once.
     for src, dst, delay in (("PENDING", "SCHEDULED", 2.5), ("SCHEDULED", "RUNNING", 0.0)):
         async with api.engine.begin() as conn:
-            await apply_session_transitions(conn, [_move(sid, src, dst)])
+            await apply_session_transitions(conn, [session_move(sid, src, dst)])
         await asyncio.sleep(delay)
         await publisher.publish_many([_status(sid, alice, src, dst)])
         await asyncio.sleep(0.5)
@@ -180,10 +166,10 @@ async def test_without_a_stream_it_polls(
     follow = asyncio.create_task(asyncio.to_thread(session_follow.follow, client, str(sid), err=False))
     await asyncio.sleep(0.5)
     async with api.engine.begin() as conn:
-        await apply_session_transitions(conn, [_move(sid, "PENDING", "SCHEDULED")])
+        await apply_session_transitions(conn, [session_move(sid, "PENDING", "SCHEDULED")])
     await asyncio.sleep(0.5)
     async with api.engine.begin() as conn:
-        await apply_session_transitions(conn, [_move(sid, "SCHEDULED", "RUNNING")])
+        await apply_session_transitions(conn, [session_move(sid, "SCHEDULED", "RUNNING")])
     final = await asyncio.wait_for(follow, 10)
     assert final["status"] == "RUNNING"
     lines = capsys.readouterr().out.splitlines()

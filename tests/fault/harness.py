@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -134,41 +134,57 @@ class Api:
         self, body: dict[str, Any], api: int = 0, give_up_after: float = 120
     ) -> tuple[dict[str, Any], int, int]:
         """POST with the body's creation_id until a 200/201; returns (session, final status, tries)."""
+        cid = body.get("creation_id")
+        return await self._retrying(
+            lambda: self.call("POST", "/v2/sessions", body, api),
+            done=(200, 201),
+            label=f"POST {cid}",
+            what=f"creation {cid}",
+            context=body,
+            give_up_after=give_up_after,
+        )
+
+    async def delete_retrying(self, sid: str, api: int = 0, give_up_after: float = 60) -> None:
+        label = f"DELETE {sid}"
+        await self._retrying(
+            lambda: self.call("DELETE", f"/v2/sessions/{sid}", api=api),
+            done=(202,),
+            label=label,
+            what=label,
+            context=sid,
+            give_up_after=give_up_after,
+        )
+
+    async def _retrying(
+        self,
+        call: Callable[[], Awaitable[tuple[int, Any]]],
+        *,
+        done: tuple[int, ...],
+        label: str,
+        what: str,
+        context: Any,
+        give_up_after: float,
+    ) -> tuple[Any, int, int]:
+        """`call()` until it answers one of `done`, retrying what a manager that is down or restarting
+        answers (no connection, a 5xx; anything else fails the test at once) and recording each
+        failed try under `label`; (data, final status, tries)."""
         deadline = time.monotonic() + give_up_after
         tries = 0
         while True:
             tries += 1
             try:
-                status, data = await self.call("POST", "/v2/sessions", body, api)
+                status, data = await call()
             except self.RETRYABLE as exc:
                 status, data = -1, None
-                self.failures.append(f"POST {body.get('creation_id')}: {exc!r}")
-            if status in (200, 201):
+                self.failures.append(f"{label}: {exc!r}")
+            if status in done:
                 return data, status, tries
-            assert status == -1 or status >= 500, (status, data, body)
+            assert status == -1 or status >= 500, (status, data, context)
             if status >= 500:
-                self.failures.append(f"POST {body.get('creation_id')}: {status} {data}")
+                self.failures.append(f"{label}: {status} {data}")
                 self.server_errors.append(self.failures[-1])
             if time.monotonic() > deadline:
-                raise AssertionError(f"creation {body.get('creation_id')} failed for {give_up_after}s")
-            await asyncio.sleep(0.2)
-
-    async def delete_retrying(self, sid: str, api: int = 0, give_up_after: float = 60) -> None:
-        deadline = time.monotonic() + give_up_after
-        while True:
-            try:
-                status, data = await self.call("DELETE", f"/v2/sessions/{sid}", api=api)
-            except self.RETRYABLE as exc:
-                status, data = -1, None
-                self.failures.append(f"DELETE {sid}: {exc!r}")
-            if status == 202:
-                return
-            assert status == -1 or status >= 500, (status, data, sid)
-            if status >= 500:
-                self.failures.append(f"DELETE {sid}: {status} {data}")
-                self.server_errors.append(self.failures[-1])
-            if time.monotonic() > deadline:
-                raise AssertionError(f"DELETE {sid} failed for {give_up_after}s")
+                raise AssertionError(f"{what} failed for {give_up_after}s")
             await asyncio.sleep(0.2)
 
     async def list_all(self, api: int = 0) -> dict[str, dict[str, Any]]:
