@@ -22,6 +22,7 @@ from sqlalchemy.sql import func
 from sokovan.common.types import RouteStatus, SessionStatus
 from sokovan.db.models import Deployment, DeploymentHistory, Route, RouteHistory, Session, User
 from sokovan.manager.repositories.paging import after_time, page_after_key, time_cursor
+from sokovan.manager.repositories.sessions_read import handler_run
 from sokovan.manager.repositories.tenancy import Principal
 
 Page = tuple[list[dict[str, Any]], str | None]
@@ -222,18 +223,7 @@ async def _history(
     rows, next_cursor = await page_after_key(
         conn, select(*table.__table__.c).where(owner), table.id, "id", int, limit, cursor
     )
-    items = [
-        {
-            "handler": h.handler,
-            "result": h.result,
-            "from_status": h.from_status,
-            "to_status": h.to_status,
-            "message": h.message,
-            "created_at": h.created_at,
-        }
-        for h in rows
-    ]
-    return items, next_cursor
+    return [{**handler_run(h), "created_at": h.created_at} for h in rows], next_cursor
 
 
 async def list_deployment_history(

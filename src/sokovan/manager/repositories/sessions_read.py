@@ -275,19 +275,20 @@ async def list_history(
     rows, next_cursor = await page_after_key(
         conn, query, SessionSchedulingHistory.id, "id", int, limit, cursor
     )
-    items = [
-        {
-            "handler": h.handler,
-            "result": h.result,
-            "from_status": h.from_status,
-            "to_status": h.to_status,
-            "message": h.message,
-            "attempt": h.attempt,
-            "created_at": _iso(h.created_at),
-        }
-        for h in rows
-    ]
-    return items, next_cursor
+    return [
+        {**handler_run(h), "attempt": h.attempt, "created_at": _iso(h.created_at)} for h in rows
+    ], next_cursor
+
+
+def handler_run(row: Any) -> dict[str, Any]:
+    """What a history row (of a session, a deployment or a route) says: which handler moved what."""
+    return {
+        "handler": row.handler,
+        "result": row.result,
+        "from_status": row.from_status,
+        "to_status": row.to_status,
+        "message": row.message,
+    }
 
 
 async def session_is_visible(conn: AsyncConnection, session_id: uuid.UUID, principal: Principal) -> bool:
