@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, or_, select
+from sqlalchemy import ColumnElement, Select, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import func
 
 from sokovan.common.types import RouteStatus, SessionStatus
 from sokovan.db.models import Deployment, DeploymentHistory, Route, RouteHistory, Session, User
-from sokovan.manager.repositories.paging import after_time, page_after_key, time_cursor
+from sokovan.manager.repositories.paging import page_after_key, page_by_time
 from sokovan.manager.repositories.sessions_read import handler_run
 from sokovan.manager.repositories.tenancy import Principal
 
@@ -117,14 +117,10 @@ async def list_deployments(
         query = query.where(Deployment.status.in_(flt.statuses))
     if flt.owner is not None:
         query = query.where(User.name == flt.owner)
-    if cursor is not None:
-        at, last = after_time(cursor)
-        query = query.where(
-            or_(Deployment.created_at < at, and_(Deployment.created_at == at, Deployment.id < last))
-        )
-    query = query.order_by(Deployment.created_at.desc(), Deployment.id.desc()).limit(limit + 1)
-    rows = (await conn.execute(query)).all()
-    return [_view(r, proxy_url) for r in rows[:limit]], time_cursor(rows, limit)
+    rows, next_cursor = await page_by_time(
+        conn, query, Deployment.created_at, Deployment.id, limit, cursor, newest_first=True
+    )
+    return [_view(r, proxy_url) for r in rows], next_cursor
 
 
 async def deployment_is_visible(
@@ -189,10 +185,9 @@ async def list_routes(
     query = select(*Route.__table__.c).where(Route.deployment_id == deployment_id)
     if statuses:
         query = query.where(Route.status.in_(statuses))
-    if cursor is not None:
-        at, last = after_time(cursor)
-        query = query.where(or_(Route.created_at > at, and_(Route.created_at == at, Route.id > last)))
-    rows = (await conn.execute(query.order_by(Route.created_at, Route.id).limit(limit + 1))).all()
+    rows, next_cursor = await page_by_time(
+        conn, query, Route.created_at, Route.id, limit, cursor, newest_first=False
+    )
     items = [
         {
             "id": r.id,
@@ -205,9 +200,9 @@ async def list_routes(
             "status_changed_at": r.status_changed_at,
             "terminated_at": r.terminated_at,
         }
-        for r in rows[:limit]
+        for r in rows
     ]
-    return items, time_cursor(rows, limit)
+    return items, next_cursor
 
 
 # -- histories ---------------------------------------------------------------------------------

@@ -2,8 +2,8 @@
 
 A cursor is base64url of a small JSON document naming the last item of the previous page: its
 key, for lists in the order of one unique column (`page_after_key`), or its creation time and id,
-for lists by creation time (`after_time`, `time_cursor`). A cursor this module did not hand out is
-a ValueError, which the API answers with a 400.
+for lists by creation time (`page_by_time`). A cursor this module did not hand out is a
+ValueError, which the API answers with a 400.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Row, Select
+from sqlalchemy import Row, Select, and_, or_
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import InstrumentedAttribute
 
@@ -56,6 +56,29 @@ async def page_after_key(
     more = len(rows) > limit
     rows = rows[:limit]
     return rows, encode_cursor({key: getattr(rows[-1], key)}) if more and rows else None
+
+
+async def page_by_time(
+    conn: AsyncConnection,
+    query: Select[Any],
+    created: InstrumentedAttribute[dt.datetime],
+    ident: InstrumentedAttribute[uuid.UUID],
+    limit: int,
+    cursor: str | None,
+    *,
+    newest_first: bool,
+) -> tuple[Sequence[Row[Any]], str | None]:
+    """Up to `limit` rows of `query` by creation time (`created`, then `ident` between equal times),
+    newest or oldest first, after the one the cursor names; and the cursor of the next page, if any."""
+    if cursor is not None:
+        at, last = after_time(cursor)
+        if newest_first:
+            query = query.where(or_(created < at, and_(created == at, ident < last)))
+        else:
+            query = query.where(or_(created > at, and_(created == at, ident > last)))
+    order = (created.desc(), ident.desc()) if newest_first else (created, ident)
+    rows = (await conn.execute(query.order_by(*order).limit(limit + 1))).all()
+    return rows[:limit], time_cursor(rows, limit)
 
 
 def after_time(cursor: str) -> tuple[dt.datetime, uuid.UUID]:

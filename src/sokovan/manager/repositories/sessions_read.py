@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, exists, func, or_, select, text
+from sqlalchemy import ColumnElement, Select, exists, func, or_, select, text
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 
 from sokovan.db.models import Agent, Kernel, Session, SessionDependency, SessionSchedulingHistory, User
-from sokovan.manager.repositories.paging import after_time, page_after_key, time_cursor
+from sokovan.manager.repositories.paging import page_after_key, page_by_time
 from sokovan.manager.repositories.tenancy import Principal
 
 MAX_CHAIN = 1000  # a bound on retry-chain walks, against a (never expected) parent cycle
@@ -113,12 +113,10 @@ async def list_sessions(
         query = query.where(Session.type.in_(flt.types))
     if flt.owner is not None:
         query = query.where(User.name == flt.owner)
-    if cursor is not None:
-        at, last = after_time(cursor)
-        query = query.where(or_(Session.created_at < at, and_(Session.created_at == at, Session.id < last)))
-    query = query.order_by(Session.created_at.desc(), Session.id.desc()).limit(limit + 1)
-    rows = (await conn.execute(query)).all()
-    return await _views(conn, rows[:limit]), time_cursor(rows, limit)
+    rows, next_cursor = await page_by_time(
+        conn, query, Session.created_at, Session.id, limit, cursor, newest_first=True
+    )
+    return await _views(conn, rows), next_cursor
 
 
 async def _views(conn: AsyncConnection, rows: Sequence[Any]) -> list[dict[str, Any]]:
