@@ -14,9 +14,10 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.bus.hints import HintPublisher
+from sokovan.bus.user_events import UserEventPublisher
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.settings import Settings
-from sokovan.db.models import Agent, AuditLog, Kernel, Session
+from sokovan.db.models import Agent, AuditLog, Kernel, Session, User
 from sokovan.manager.api import create_app
 from sokovan.manager.context import ManagerContext
 from sokovan.manager.repositories.tenancy import bootstrap, create_keypair
@@ -45,6 +46,11 @@ class Api:
 
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+async def user_id(api: Api, name: str) -> str:
+    async with api.engine.connect() as conn:
+        return str((await conn.execute(select(User.id).where(User.name == name))).scalar_one())
 
 
 async def add_agent(engine: AsyncEngine, agent_id: str, **overrides: Any) -> None:
@@ -90,3 +96,9 @@ async def api(ctx: ManagerContext) -> AsyncIterator[Api]:
     await client.start_server()
     yield Api(client, ctx.engine, bearer(admin_token), bearer(alice_token), bearer(bob_token))
     await client.close()
+
+
+@pytest.fixture
+def publisher(ctx: ManagerContext) -> UserEventPublisher:
+    """Publishes user events (session, deployment and route transitions) as the orchestrator does."""
+    return UserEventPublisher(ctx.redis, ctx.settings.etcd_prefix)

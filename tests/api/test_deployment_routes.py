@@ -8,10 +8,10 @@ import uuid
 
 from sokovan.bus.user_events import UserEvent, UserEventPublisher
 from sokovan.manager.context import ManagerContext
-from tests.api.conftest import Api
+from tests.api.conftest import Api, user_id
 from tests.api.deployment_helpers import add_route, add_route_history, created
 from tests.api.test_auth_and_errors import assert_problem
-from tests.api.test_events import next_event, stream, user_id, wait_no_subscribers
+from tests.api.test_events import next_event, stream, wait_no_subscribers
 
 
 async def test_routes_with_health_and_ready_replicas(api: Api) -> None:
@@ -102,8 +102,9 @@ async def test_route_history(api: Api) -> None:
         await assert_problem(await api.client.get(path, headers=api.bob), 404)
 
 
-async def test_deployment_events_reach_their_owner_and_filter(api: Api, ctx: ManagerContext) -> None:
-    publisher = UserEventPublisher(ctx.redis, ctx.settings.etcd_prefix)
+async def test_deployment_events_reach_their_owner_and_filter(
+    api: Api, ctx: ManagerContext, publisher: UserEventPublisher
+) -> None:
     alice, bob = await user_id(api, "alice"), await user_id(api, "bob")
     mine, other = str(uuid.uuid4()), str(uuid.uuid4())
     route = str(uuid.uuid4())

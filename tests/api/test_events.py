@@ -11,13 +11,11 @@ from typing import Any
 
 import pytest
 from aiohttp import ClientResponse
-from sqlalchemy import select
 
 from sokovan.bus.user_events import UserEvent, UserEventPublisher, user_events_channel
-from sokovan.db.models import User
 from sokovan.manager.api import events as events_api
 from sokovan.manager.context import ManagerContext
-from tests.api.conftest import Api
+from tests.api.conftest import Api, user_id
 from tests.api.test_auth_and_errors import assert_problem
 
 READ_TIMEOUT = 5.0
@@ -55,16 +53,6 @@ async def stream(api: Api, headers: dict[str, str], **query: str) -> AsyncIterat
         yield resp
     finally:
         resp.close()
-
-
-async def user_id(api: Api, name: str) -> str:
-    async with api.engine.connect() as conn:
-        return str((await conn.execute(select(User.id).where(User.name == name))).scalar_one())
-
-
-@pytest.fixture
-def publisher(ctx: ManagerContext) -> UserEventPublisher:
-    return UserEventPublisher(ctx.redis, ctx.settings.etcd_prefix)
 
 
 async def subscribers(ctx: ManagerContext) -> int:

@@ -14,7 +14,7 @@ import pytest
 
 from sokovan.common.types import SchedulingResult, SessionStatus
 from sokovan.state.session_writes import SessionTransition
-from tests.api.conftest import Api, api, ctx  # noqa: F401  (fixtures reused)
+from tests.api.conftest import Api, api, ctx, publisher  # noqa: F401  (fixtures reused)
 
 SOKOVAN = str(Path(sys.executable).with_name("sokovan"))
 TIMEOUT = 60.0

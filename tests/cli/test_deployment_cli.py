@@ -13,9 +13,8 @@ from sokovan.bus.user_events import UserEvent, UserEventPublisher
 from sokovan.cli import deployment_follow
 from sokovan.db.models import Deployment, Route
 from sokovan.manager.context import ManagerContext
-from tests.api.conftest import Api
+from tests.api.conftest import Api, user_id
 from tests.api.deployment_helpers import add_model_agent, add_route, add_route_history, counts, created
-from tests.api.test_events import user_id
 from tests.cli.conftest import run_cli, start_cli
 from tests.cli.test_wait_events import LINE_TIMEOUT, _line, _OldServerClient, _subscribed
 
@@ -124,8 +123,9 @@ async def _set(api: Api, did: str, status: str) -> None:
         )
 
 
-async def test_create_wait_follows_to_ready(api: Api, ctx: ManagerContext, cli_env: dict[str, str]) -> None:
-    publisher = UserEventPublisher(ctx.redis, ctx.settings.etcd_prefix)
+async def test_create_wait_follows_to_ready(
+    api: Api, ctx: ManagerContext, publisher: UserEventPublisher, cli_env: dict[str, str]
+) -> None:
     alice = await user_id(api, "alice")
     proc = await start_cli(
         "deployment", "create", "--name", "w1", "--image", "python:3", "--command", "serve $PORT",

@@ -7,15 +7,13 @@ import uuid
 from typing import Any
 
 import pytest
-from sqlalchemy import select
 
 from sokovan.bus.user_events import UserEvent, UserEventPublisher, user_events_channel
 from sokovan.cli import session_follow
 from sokovan.cli.client import ApiClient, EventStream
-from sokovan.db.models import User
 from sokovan.manager.context import ManagerContext
 from sokovan.state.session_writes import apply_session_transitions
-from tests.api.conftest import Api
+from tests.api.conftest import Api, user_id
 from tests.cli.conftest import run_cli, session_move, start_cli
 from tests.cli.test_session_cli import _session_id
 
@@ -39,16 +37,6 @@ async def _subscribed(ctx: ManagerContext) -> None:
     raise AssertionError("the CLI never opened the event stream")
 
 
-async def _user_id(api: Api, name: str) -> str:
-    async with api.engine.connect() as conn:
-        return str((await conn.execute(select(User.id).where(User.name == name))).scalar_one())
-
-
-@pytest.fixture
-def publisher(ctx: ManagerContext) -> UserEventPublisher:
-    return UserEventPublisher(ctx.redis, ctx.settings.etcd_prefix)
-
-
 def _status(sid: uuid.UUID, owner: str, src: str, dst: str, **detail: Any) -> UserEvent:
     return UserEvent(
         name="session.status", session_id=str(sid), owner=owner, detail=detail, **{"from": src, "to": dst}
@@ -63,7 +51,7 @@ def _move_of(line: str) -> str:
 async def test_create_wait_prints_events_as_they_come(
     api: Api, ctx: ManagerContext, publisher: UserEventPublisher, cli_env: dict[str, str]
 ) -> None:
-    alice = await _user_id(api, "alice")
+    alice = await user_id(api, "alice")
     proc = await start_cli(
         "session", "create", "--image", "shell", "--type", "interactive", "--name", "ev1", "--wait",
         env=cli_env,
@@ -113,7 +101,7 @@ async def test_a_transition_in_history_and_on_the_stream_is_printed_once(
     api: Api, ctx: ManagerContext, publisher: UserEventPublisher, cli_env: dict[str, str]
 ) -> None:
     """As the orchestrator does it: the move is committed (with its history row), then published."""
-    alice = await _user_id(api, "alice")
+    alice = await user_id(api, "alice")
     proc = await start_cli(
         "session", "create", "--image", "shell", "--type", "interactive", "--name", "ev2", "--wait",
         env=cli_env,
