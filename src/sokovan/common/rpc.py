@@ -155,28 +155,32 @@ class AgentRPCClient:
     async def check_and_pull(
         self, rpc_addr: str, kernels: list[KernelSpec], agent_id: str = ""
     ) -> AcceptedResponse:
-        raw = await self.call(rpc_addr, "check_and_pull", CheckAndPullRequest(kernels=kernels), agent_id)
-        return AcceptedResponse.model_validate(raw)
+        request = CheckAndPullRequest(kernels=kernels)
+        return await self._accepted(rpc_addr, "check_and_pull", request, agent_id)
 
     async def create_kernels(
         self, rpc_addr: str, kernels: list[KernelSpec], agent_id: str = ""
     ) -> AcceptedResponse:
-        raw = await self.call(rpc_addr, "create_kernels", CreateKernelsRequest(kernels=kernels), agent_id)
-        return AcceptedResponse.model_validate(raw)
+        request = CreateKernelsRequest(kernels=kernels)
+        return await self._accepted(rpc_addr, "create_kernels", request, agent_id)
 
     async def destroy_kernels(
         self, rpc_addr: str, kernel_ids: list[str], forced: bool = False, agent_id: str = ""
     ) -> AcceptedResponse:
-        raw = await self.call(
-            rpc_addr, "destroy_kernels", DestroyKernelsRequest(kernel_ids=kernel_ids, forced=forced), agent_id
-        )
-        return AcceptedResponse.model_validate(raw)
+        request = DestroyKernelsRequest(kernel_ids=kernel_ids, forced=forced)
+        return await self._accepted(rpc_addr, "destroy_kernels", request, agent_id)
 
     async def reconcile(
         self, rpc_addr: str, items: list[ReconcileItem], agent_id: str = ""
     ) -> AcceptedResponse:
-        raw = await self.call(rpc_addr, "reconcile", ReconcileRequest(kernels=items), agent_id)
-        return AcceptedResponse.model_validate(raw)
+        request = ReconcileRequest(kernels=items)
+        return await self._accepted(rpc_addr, "reconcile", request, agent_id)
+
+    async def _accepted(
+        self, rpc_addr: str, method: str, request: BaseModel, agent_id: str
+    ) -> AcceptedResponse:
+        """A call whose answer names the kernels the agent accepted."""
+        return AcceptedResponse.model_validate(await self.call(rpc_addr, method, request, agent_id))
 
     async def logs(self, rpc_addr: str, kernel_id: str, agent_id: str = "") -> LogsResponse:
         raw = await self.call(rpc_addr, "logs", LogsRequest(kernel_id=kernel_id), agent_id)
