@@ -12,6 +12,7 @@ manager, or this one after a crash, finds the same session), and linked to the r
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Sequence
 
 from sqlalchemy import bindparam, update
@@ -21,6 +22,7 @@ from sokovan.common.types import SessionStatus
 from sokovan.db.models import Route
 from sokovan.orchestrator.deployment.replicas import ReplicaRefused, ReplicaSessions, replica_spec
 from sokovan.orchestrator.route.handler import R, RouteHandler, RouteTransitions
+from sokovan.orchestrator.spine.concurrency import bounded_gather
 from sokovan.orchestrator.spine.outcome import OutcomeResult
 from sokovan.state.serving_reads import RouteRow
 
@@ -39,24 +41,18 @@ class ProvisioningRoute(RouteHandler):
     async def execute(self, rows: Sequence[RouteRow]) -> OutcomeResult:
         result = OutcomeResult()
         links: list[dict[str, object]] = []
+        unborn = [r for r in rows if r.session_id is None]
+        created = await bounded_gather([self._create(r) for r in unborn])
+        for route, outcome in zip(unborn, created, strict=True):
+            if isinstance(outcome, ReplicaRefused):
+                result.failures[route.id] = f"replica refused: {outcome}"
+            else:
+                links.append({"b_id": route.id, "b_session": outcome, "b_endpoint": None})
+                result.skipped[route.id] = "replica session created"
         for route in rows:
             if route.session_id is None:
-                spec = replica_spec(
-                    route.access_key,
-                    route.deployment_id,
-                    route.deployment_name,
-                    route.id,
-                    route.definition,
-                    route.scaling_group,
-                )
-                try:
-                    session_id = await self._replicas.ensure(spec)
-                except ReplicaRefused as exc:
-                    result.failures[route.id] = f"replica refused: {exc}"
-                    continue
-                links.append({"b_id": route.id, "b_session": session_id, "b_endpoint": None})
-                result.skipped[route.id] = "replica session created"
-            elif route.session_status in _ENDED:
+                continue
+            if route.session_status in _ENDED:
                 result.failures[route.id] = f"replica session {route.session_status} before it served"
             elif route.session_status == SessionStatus.RUNNING and route.service_addr and _settled(route):
                 links.append(
@@ -76,6 +72,20 @@ class ProvisioningRoute(RouteHandler):
                     links,
                 )
         return result
+
+    async def _create(self, route: RouteRow) -> uuid.UUID | ReplicaRefused:
+        spec = replica_spec(
+            route.access_key,
+            route.deployment_id,
+            route.deployment_name,
+            route.id,
+            route.definition,
+            route.scaling_group,
+        )
+        try:
+            return await self._replicas.ensure(spec)
+        except ReplicaRefused as exc:
+            return exc
 
 
 def _settled(route: RouteRow) -> bool:
