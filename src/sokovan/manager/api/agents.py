@@ -45,7 +45,7 @@ ROUTES = [
         params=(
             Param("status", "query", "comma-separated agent statuses"),
             Param("scaling_group", "query", "only this scaling group's agents"),
-            Param("limit", "query", "page size, 1-500 (default 50)", {"type": "integer"}),
+            Param("limit", "query", "page size, 1-500 (default 100)", {"type": "integer"}),
             Param("cursor", "query", "next_cursor of the previous page"),
         ),
     ),

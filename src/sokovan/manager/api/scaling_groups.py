@@ -78,7 +78,7 @@ ROUTES = [
         "List scaling groups by name",
         {200: ScalingGroupList},
         params=(
-            Param("limit", "query", "page size, 1-500 (default 50)", {"type": "integer"}),
+            Param("limit", "query", "page size, 1-500 (default 100)", {"type": "integer"}),
             Param("cursor", "query", "next_cursor of the previous page"),
         ),
     ),
