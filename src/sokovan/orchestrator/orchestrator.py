@@ -59,8 +59,8 @@ from sokovan.orchestrator.schedule.handlers.promotion.promotions import (
     PROMOTE_TO_TERMINATED,
 )
 
-# The route lane is hinted whenever sessions move (a replica may have started or ended); it
-# coalesces those hints over this long, so a burst of ordinary sessions costs it a few cycles.
+# The route lanes are hinted whenever replica sessions move; they coalesce those hints over this
+# long, so a burst of replicas starting costs them a few cycles.
 ROUTE_DEBOUNCE = 0.05
 
 
@@ -162,8 +162,8 @@ class SokovanOrchestrator:
             self._add_serving(engine, events, serving)
 
     def _add_serving(self, engine: AsyncEngine, events: UserEventPublisher | None, serving: Serving) -> None:
-        """Deployments and routes: what one moves is the other's business, and replica sessions
-        moving is the routes' (a replica started, or ended)."""
+        """Deployments and routes: what one moves is the other's business, and a replica session
+        moving is the routes' (a replica started, or ended: the schedule coordinator wakes them)."""
         deployments = DeploymentCoordinator(
             engine, deployment_lanes(engine, events), CycleLock(engine), events
         )
@@ -179,8 +179,7 @@ class SokovanOrchestrator:
         ]
         for loop in self.loops[Hint.DEPLOYMENT] + self.loops[Hint.ROUTE]:
             loop.on_moved = wake_serving
-        for loop in self.loops[Hint.SCHEDULE]:
-            loop.on_moved = functools.partial(self.hint, Hint.SCHEDULE, Hint.ROUTE)
+        self.schedule.on_wake = self.hint  # replica sessions that moved wake the routes
 
     def _loop(
         self, name: str, cycle: Callable[[], Awaitable[bool]], min_debounce: float = 0.0

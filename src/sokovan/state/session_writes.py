@@ -60,6 +60,8 @@ class AppliedTransitions:
     moved: dict[uuid.UUID, tuple[SessionStatus, SessionStatus]] = field(default_factory=dict)
     # session id → owner (user id), for the sessions that moved
     owners: dict[uuid.UUID, str] = field(default_factory=dict)
+    # the moved sessions that are replicas of a deployment (their routes care)
+    replicas_moved: set[uuid.UUID] = field(default_factory=set)
 
     def events(self) -> list[UserEvent]:
         return [
@@ -84,12 +86,20 @@ async def apply_session_transitions(
     ids = [t.session_id for t in transitions]
     rows = (
         await conn.execute(
-            select(Session.id, Session.status, Session.status_info, Session.phase_attempts, Session.user_id)
+            select(
+                Session.id,
+                Session.status,
+                Session.status_info,
+                Session.phase_attempts,
+                Session.user_id,
+                Session.deployment_id,
+            )
             .where(Session.id.in_(ids))
             .with_for_update(key_share=True)  # FOR NO KEY UPDATE: FK checks may still pass
         )
     ).all()
     owners = {r.id: str(r.user_id) for r in rows}
+    replicas = {r.id for r in rows if r.deployment_id is not None}
     current = {r.id: (SessionStatus(r.status), status_info_of(r.status_info), r.phase_attempts) for r in rows}
     now = dt.datetime.now(dt.UTC)
     session_rows: list[dict[str, Any]] = []
@@ -128,6 +138,8 @@ async def apply_session_transitions(
         if target != status:
             out.moved[t.session_id] = (out.moved.get(t.session_id, (status, target))[0], target)
             out.owners[t.session_id] = owners[t.session_id]
+            if t.session_id in replicas:
+                out.replicas_moved.add(t.session_id)
         if t.kernel_to is not None:
             kernel_moves.setdefault((t.kernel_to, t.kernel_expected), []).append(t.session_id)
         # Cache the new state so two transitions of one session in a batch chain correctly.

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from sokovan.bus.hints import Hint
 from sokovan.common.metrics import SESSION_TRANSITIONS
 from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.schedule.handler import SessionHandler, SessionResultT
@@ -56,6 +57,8 @@ class SessionKind:
             moved={sid: (src.value, dst.value) for sid, (src, dst) in applied.moved.items()},
             events=applied.events(),
             changed=kernels_moved,
+            # A replica started or ended: its route moves next.
+            wake=frozenset({Hint.ROUTE}) if applied.replicas_moved else frozenset(),
         )
 
     def outcome(self, change: SessionTransition) -> tuple[str, str]:

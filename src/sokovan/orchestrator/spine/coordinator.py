@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -58,6 +58,8 @@ class Applied:
     moved: dict[uuid.UUID, tuple[str, str]] = field(default_factory=dict)
     events: list[UserEvent] = field(default_factory=list)
     changed: bool = False
+    # Other coordinators whose business the moves were (by hint name), woken after the write.
+    wake: frozenset[str] = frozenset()
 
 
 class EntityKind(Protocol[HandlerT_contra, RowT, ChangeT, InfoT]):
@@ -101,6 +103,8 @@ class Coordinator(Generic[HandlerT, RowT, ChangeT, InfoT]):
         self._engine = engine
         self._lock = lock
         self._events = events
+        # Wakes another coordinator by hint name; the orchestrator sets it.
+        self.on_wake: Callable[[str], None] = lambda name: None
 
     async def cycle(self) -> bool:
         """Run every lane once; True when anything moved."""
@@ -140,6 +144,8 @@ class Coordinator(Generic[HandlerT, RowT, ChangeT, InfoT]):
         for src, dst in applied.moved.values():
             self.kind.count_move(src, dst)
         await publish(self._events, applied.events)
+        for name in applied.wake:
+            self.on_wake(name)
         if applied.moved:
             moves = Counter(f"{src}->{dst}" for src, dst in applied.moved.values())
             log.info(f"{self.kind.entity}s.moved", **dict(moves))
