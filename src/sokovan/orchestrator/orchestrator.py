@@ -3,8 +3,8 @@
 Each coordinator is driven by `CoordinatorLoop`s (a short cycle when hinted, a long cycle always),
 one per lane; every lane cycles under its own cluster-wide lock. The ScheduleCoordinator runs the
 session handlers in four lanes (end, place, prepare, start) that cycle concurrently; the
-DeploymentCoordinator (model serving) one lane, the RouteCoordinator three (provision, health,
-terminate); retries and maintenance one each. To add a handler, write its file and add it to a lane below.
+DeploymentCoordinator (model serving) one lane, the RouteCoordinator two (replicas,
+health); retries and maintenance one each. To add a handler, write its file and add it to a lane below.
 """
 
 from __future__ import annotations
@@ -108,17 +108,20 @@ def deployment_lanes(
 
 
 def route_lanes(engine: AsyncEngine, serving: Serving) -> dict[str, list[RouteHandler]]:
-    """Creating and ending replica sessions take one call each: they have lanes of their own, so
-    health checks and the routing table never wait behind a large batch of them."""
+    """Creating and ending replica sessions take one call each: they have a lane of their own, so
+    health checks and the routing table never wait behind a large batch of them. Ending is in the
+    same lane as creating, so a route is never finished while its session is being created."""
     return {
-        "provision": [ProvisioningRoute(engine, serving.replicas)],
+        "replicas": [
+            ProvisioningRoute(engine, serving.replicas),
+            TerminatingRoute(serving.replicas, serving.bus),
+        ],
         "health": [
             HealthCheckRoute(engine, serving.bus),
             RouteEviction(),
             RunningRoute(),
             ServiceDiscoverySync(engine, serving.bus),
         ],
-        "terminate": [TerminatingRoute(serving.replicas, serving.bus)],
     }
 
 

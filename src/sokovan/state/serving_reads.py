@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, select
+from sqlalchemy import String, and_, cast, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.types import EndpointLifecycle, RouteStatus, SessionStatus
@@ -34,7 +34,7 @@ class RouteRow:
     status_info: dict[str, Any]
     status_changed_at: dt.datetime
     created_at: dt.datetime
-    session_id: uuid.UUID | None
+    session_id: uuid.UUID | None  # its replica session, linked or found by its creation key
     session_status: SessionStatus | None
     session_changed_at: dt.datetime | None  # when the replica session entered its status
     service_addr: str | None
@@ -69,6 +69,21 @@ class DeploymentRow:
         return [r for r in self.routes if r.status in RouteStatus.live()]
 
 
+def replica_creation_id(route_id: uuid.UUID) -> str:
+    """The creation key of a route's replica session: one session per route, whoever creates it."""
+    return f"route:{route_id}"
+
+
+def _created_by(route_id: Any, access_key: Any) -> Any:
+    """The replica session a route created, also before the route was linked to it (a manager may
+    stop between the two, or the route may be taken out of service meanwhile)."""
+    return and_(
+        Route.session_id.is_(None),
+        Session.access_key == access_key,
+        Session.creation_id == func.concat("route:", cast(route_id, String)),
+    )
+
+
 def _route_query() -> Any:
     return (
         select(
@@ -79,13 +94,14 @@ def _route_query() -> Any:
             Deployment.health_check,
             Deployment.definition,
             Deployment.scaling_group,
+            Session.id.label("replica_session_id"),
             Session.status.label("session_status"),
             Session.status_changed_at.label("session_changed_at"),
             Kernel.service_addr,
         )
         .join(Deployment, Deployment.id == Route.deployment_id)
-        .outerjoin(Session, Session.id == Route.session_id)
-        .outerjoin(Kernel, and_(Kernel.session_id == Route.session_id, Kernel.cluster_idx == 0))
+        .outerjoin(Session, or_(Session.id == Route.session_id, _created_by(Route.id, Deployment.access_key)))
+        .outerjoin(Kernel, and_(Kernel.session_id == Session.id, Kernel.cluster_idx == 0))
     )
 
 
@@ -101,7 +117,7 @@ def _route(r: Any) -> RouteRow:
         status_info=dict(route.status_info or {}),
         status_changed_at=route.status_changed_at,
         created_at=route.created_at,
-        session_id=route.session_id,
+        session_id=route.replica_session_id,
         session_status=SessionStatus(r.session_status) if r.session_status else None,
         session_changed_at=r.session_changed_at,
         service_addr=r.service_addr,

@@ -11,6 +11,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from sokovan.state.serving_reads import replica_creation_id
+
 
 @dataclass(frozen=True)
 class ReplicaSpec:
@@ -54,6 +56,6 @@ def replica_spec(
         command=definition.get("command"),
         resources=dict(definition.get("resources") or {}),
         scaling_group=scaling_group,
-        creation_id=f"route:{route_id}",
+        creation_id=replica_creation_id(route_id),
         environ={str(k): str(v) for k, v in (definition.get("environ") or {}).items()},
     )

@@ -47,24 +47,21 @@ def route_kind() -> OutcomeKind[RouteRow, RouteStatus]:
 async def take_out_of_service(
     engine: AsyncEngine,
     events: UserEventPublisher | None,
-    routes: Sequence[RouteRow],
+    routes: Sequence[tuple[RouteRow, str]],
     handler: str,
-    message: str,
 ) -> int:
-    """Move `routes` to TERMINATING (guarded: only from a live or failed status); the route
-    coordinator then ends their sessions. Returns how many moved."""
+    """Move `routes` (each with why) to TERMINATING in one transaction, guarded: only from a live
+    or failed status; the route coordinator then ends their sessions. Returns how many moved."""
     if not routes:
         return 0
     expected = frozenset(s.value for s in RouteStatus.live() | {RouteStatus.FAILED_TO_START})
     transitions = [
-        EntityTransition(
-            r.id, expected, RouteStatus.TERMINATING.value, handler, HandlerOutcome.SUCCESS, message
-        )
-        for r in routes
+        EntityTransition(r.id, expected, RouteStatus.TERMINATING.value, handler, HandlerOutcome.SUCCESS, why)
+        for r, why in routes
     ]
     async with engine.begin() as conn:
         applied = await apply_entity_transitions(conn, ROUTES, transitions)
-    by_id = {r.id: r for r in routes}
+    by_id = {r.id: r for r, _ in routes}
     for src, dst in applied.moved.values():
         ROUTE_TRANSITIONS.labels(from_status=src, to_status=dst).inc()
     await publish(events, [route_event(by_id[rid], src, dst) for rid, (src, dst) in applied.moved.items()])

@@ -28,9 +28,11 @@ class DestroyingDeployment(DeploymentHandler):
 
     async def execute(self, rows: Sequence[DeploymentRow]) -> OutcomeResult:
         result = OutcomeResult()
+        serving = [
+            (r, "deployment destroyed") for d in rows for r in d.routes if r.status != RouteStatus.TERMINATING
+        ]
+        await take_out_of_service(self._engine, self._events, serving, self.name)
         for d in rows:
-            serving = [r for r in d.routes if r.status != RouteStatus.TERMINATING]
-            await take_out_of_service(self._engine, self._events, serving, self.name, "deployment destroyed")
             if not d.routes:  # every route TERMINATED (those are not read)
                 result.successes.append(d.id)
             else:

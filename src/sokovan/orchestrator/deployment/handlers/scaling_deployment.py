@@ -15,14 +15,15 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
 from sokovan.common.metrics import REPLICA_REPLACEMENTS
 from sokovan.common.types import HandlerOutcome, RouteStatus
-from sokovan.db.models import Deployment, Route, RouteHistory
+from sokovan.db.models import Route, RouteHistory
 from sokovan.orchestrator.deployment.handler import DeploymentHandler, DeploymentTransitions, E
 from sokovan.orchestrator.route.kind import take_out_of_service
 from sokovan.orchestrator.spine.outcome import OutcomeResult
@@ -59,17 +60,19 @@ class ScalingDeployment(DeploymentHandler):
         self._events = events
 
     async def execute(self, rows: Sequence[DeploymentRow]) -> OutcomeResult:
+        """Decide every deployment first, then write: one transaction takes the surplus routes out
+        of service, one claims replica numbers and adds the missing routes, whatever the count."""
         result = OutcomeResult()
         now = dt.datetime.now(dt.UTC)
         short = [d for d in rows if len(d.live_routes) < d.replicas]
         failed = await self._failed_starts(short, now)
+        surplus: list[tuple[RouteRow, str]] = []
+        missing: list[tuple[DeploymentRow, int]] = []
         for d in rows:
             live = d.live_routes
             if len(live) > d.replicas:
-                victims = removal_order(live)[: len(live) - d.replicas]
-                await take_out_of_service(
-                    self._engine, self._events, victims, self.name, f"scaled down to {d.replicas}"
-                )
+                why = f"scaled down to {d.replicas}"
+                surplus += [(r, why) for r in removal_order(live)[: len(live) - d.replicas]]
             elif len(live) < d.replicas:
                 count, latest = failed.get(d.id, (0, None))
                 wait = backoff(count)
@@ -82,13 +85,18 @@ class ScalingDeployment(DeploymentHandler):
                     result.failures[d.id] = message
                     result.info[d.id] = {"backoff_until": until.isoformat()}
                     continue
-                added = await self._add_routes(d, d.replicas - len(live))
-                if added is None:
-                    continue  # another manager scaled it meanwhile: look again next cycle
-                if d.status_info.get("scaled_to") == d.replicas:
-                    REPLICA_REPLACEMENTS.inc(added)
+                missing.append((d, d.replicas - len(live)))
+                continue
             result.successes.append(d.id)
-            result.info[d.id] = {"scaled_to": d.replicas, "backoff_until": None}
+        await take_out_of_service(self._engine, self._events, surplus, self.name)
+        for d, added in await self._add_routes(missing):
+            if d.status_info.get("scaled_to") == d.replicas:
+                REPLICA_REPLACEMENTS.inc(added)
+            result.successes.append(d.id)
+        # Deployments another manager scaled meanwhile are left for the next cycle.
+        targets = {d.id: d.replicas for d in rows}
+        for sid in result.successes:
+            result.info[sid] = {"scaled_to": targets[sid], "backoff_until": None}
         return result
 
     async def _failed_starts(
@@ -111,59 +119,79 @@ class ScalingDeployment(DeploymentHandler):
             )
             return {r[0]: (int(r[1]), r[2]) for r in found}
 
-    async def _add_routes(self, d: DeploymentRow, count: int) -> int | None:
+    async def _add_routes(
+        self, missing: Sequence[tuple[DeploymentRow, int]]
+    ) -> list[tuple[DeploymentRow, int]]:
+        """Claim the replica numbers of every deployment in `missing` (only where nobody took any
+        since it was read) and add their routes in PROVISIONING; returns those added."""
+        if not missing:
+            return []
         now = dt.datetime.now(dt.UTC)
-        ids = [uuid.uuid4() for _ in range(count)]
+        routes: list[dict[str, Any]] = []
+        history: list[dict[str, Any]] = []
+        created: list[tuple[DeploymentRow, uuid.UUID]] = []
         async with self._engine.begin() as conn:
-            if not await _claim(conn, d, count):
-                return None
-            await conn.execute(
-                insert(Route),
-                [
-                    {
-                        "id": rid,
-                        "deployment_id": d.id,
-                        "status": RouteStatus.PROVISIONING.value,
-                        "status_info": {"replica": d.replica_seq + i + 1},
-                        "health": {},
-                        "created_at": now,
-                        "status_changed_at": now,
-                    }
-                    for i, rid in enumerate(ids)
-                ],
-            )
-            await conn.execute(
-                insert(RouteHistory),
-                [
-                    {
-                        "route_id": rid,
-                        "handler": self.name,
-                        "result": HandlerOutcome.SUCCESS.value,
-                        "from_status": None,
-                        "to_status": RouteStatus.PROVISIONING.value,
-                        "message": f"replica {d.replica_seq + i + 1} of {d.name}",
-                        "created_at": now,
-                    }
-                    for i, rid in enumerate(ids)
-                ],
-            )
-        await publish(self._events, [_created_event(d, rid) for rid in ids])
-        return count
+            claimed = await _claim(conn, missing)
+            added = [(d, n) for d, n in missing if d.id in claimed]
+            for d, n in added:
+                for i in range(n):
+                    rid, seq = uuid.uuid4(), d.replica_seq + i + 1
+                    routes.append(_route_row(rid, d, seq, now))
+                    history.append(_history_row(rid, self.name, f"replica {seq} of {d.name}", now))
+                    created.append((d, rid))
+            if routes:
+                await conn.execute(insert(Route), routes)
+                await conn.execute(insert(RouteHistory), history)
+        await publish(self._events, [_created_event(d, rid) for d, rid in created])
+        return added
 
 
-async def _claim(conn: AsyncConnection, d: DeploymentRow, count: int) -> bool:
-    """Take `count` replica numbers, only if nobody took any since `d` was read."""
-    claimed = await conn.execute(
-        update(Deployment)
-        .where(
-            Deployment.id == d.id,
-            Deployment.replica_seq == d.replica_seq,
-            Deployment.status == E.SCALING.value,
-        )
-        .values(replica_seq=d.replica_seq + count)
-        .returning(Deployment.id)
+# Set-based and guarded: a deployment's numbers are taken only if its replica_seq is still what was
+# read and it is still SCALING; RETURNING names those this run claimed.
+_CLAIM = text(
+    "UPDATE deployments AS d SET replica_seq = v.seq + v.n"
+    " FROM (SELECT unnest(CAST(:ids AS uuid[])) AS id, unnest(CAST(:seqs AS int[])) AS seq,"
+    " unnest(CAST(:ns AS int[])) AS n) AS v"
+    " WHERE d.id = v.id AND d.replica_seq = v.seq AND d.status = :scaling"
+    " RETURNING d.id"
+)
+
+
+async def _claim(conn: AsyncConnection, missing: Sequence[tuple[DeploymentRow, int]]) -> set[uuid.UUID]:
+    rows = await conn.execute(
+        _CLAIM,
+        {
+            "ids": [d.id for d, _ in missing],
+            "seqs": [d.replica_seq for d, _ in missing],
+            "ns": [n for _, n in missing],
+            "scaling": E.SCALING.value,
+        },
     )
-    return claimed.first() is not None
+    return {r[0] for r in rows}
+
+
+def _route_row(rid: uuid.UUID, d: DeploymentRow, seq: int, now: dt.datetime) -> dict[str, Any]:
+    return {
+        "id": rid,
+        "deployment_id": d.id,
+        "status": RouteStatus.PROVISIONING.value,
+        "status_info": {"replica": seq},
+        "health": {},
+        "created_at": now,
+        "status_changed_at": now,
+    }
+
+
+def _history_row(rid: uuid.UUID, handler: str, message: str, now: dt.datetime) -> dict[str, Any]:
+    return {
+        "route_id": rid,
+        "handler": handler,
+        "result": HandlerOutcome.SUCCESS.value,
+        "from_status": None,
+        "to_status": RouteStatus.PROVISIONING.value,
+        "message": message,
+        "created_at": now,
+    }
 
 
 def _created_event(d: DeploymentRow, route_id: uuid.UUID) -> UserEvent:

@@ -6,7 +6,9 @@ Kubernetes' minReadySeconds): a command that exits at once is a failed start, wh
 happened to see it running for a moment.
 
 The route is the replica's creation key: the session is created here, idempotently (a second
-manager, or this one after a crash, finds the same session), and linked to the route.
+manager, or this one after a crash, finds the same session), and linked to the route. The route
+reads find the session by that key before it is linked, so a route taken out of service meanwhile
+still ends it (TerminatingRoute runs in this handler's lane, never while a creation is in flight).
 """
 
 from __future__ import annotations
