@@ -27,13 +27,14 @@ from sqlalchemy.sql import func
 from sokovan.bus.hints import Hint
 from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
 from sokovan.common.types import EndpointLifecycle, HandlerOutcome, SessionType
-from sokovan.db.models import AuditLog, Deployment, DeploymentHistory
+from sokovan.db.models import Deployment, DeploymentHistory
 from sokovan.manager.context import ManagerContext
 from sokovan.manager.controller.admission import CapacityCache, check_placeable, quota_violations
 from sokovan.manager.controller.definitions import DefinitionError, generate
 from sokovan.manager.controller.deployment_spec import DeploymentCreateRequest
 from sokovan.manager.controller.errors import Conflict, NotFound, QuotaExceeded, ValidationFailed
 from sokovan.manager.controller.session_spec import SessionCreateRequest
+from sokovan.manager.repositories.admin import audit
 from sokovan.manager.repositories.deployments_read import visible
 from sokovan.manager.repositories.tenancy import Principal, owner_limits
 
@@ -88,11 +89,11 @@ class DeploymentController:
                     EndpointLifecycle.PENDING,
                     f"created with {request.replicas} replica(s)",
                 )
-                await _audit(
+                await audit(
                     conn,
-                    principal,
+                    principal.access_key,
                     "deployment.create",
-                    deployment_id,
+                    str(deployment_id),
                     {
                         "name": request.name,
                         "type": request.type.value,
@@ -169,8 +170,12 @@ class DeploymentController:
             await _history(
                 conn, deployment_id, SCALE_HANDLER, status, status, f"replicas {row.replicas} -> {replicas}"
             )
-            await _audit(
-                conn, principal, "deployment.scale", deployment_id, {"from": row.replicas, "to": replicas}
+            await audit(
+                conn,
+                principal.access_key,
+                "deployment.scale",
+                str(deployment_id),
+                {"from": row.replicas, "to": replicas},
             )
         await self._hint()
 
@@ -197,7 +202,9 @@ class DeploymentController:
                 EndpointLifecycle.DESTROYING,
                 "destroy requested by user",
             )
-            await _audit(conn, principal, "deployment.destroy", deployment_id, {"from": status.value})
+            await audit(
+                conn, principal.access_key, "deployment.destroy", str(deployment_id), {"from": status.value}
+            )
         event = UserEvent(
             name="deployment.status",
             deployment_id=str(deployment_id),
@@ -260,15 +267,5 @@ async def _history(
             from_status=from_status.value if from_status is not None else None,
             to_status=to_status.value,
             message=message,
-        )
-    )
-
-
-async def _audit(
-    conn: AsyncConnection, principal: Principal, action: str, deployment_id: uuid.UUID, detail: dict[str, Any]
-) -> None:
-    await conn.execute(
-        insert(AuditLog).values(
-            actor=principal.access_key, action=action, target=str(deployment_id), detail=detail
         )
     )

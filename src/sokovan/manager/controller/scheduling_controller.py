@@ -30,11 +30,12 @@ from sokovan.common.types import (
     SessionStatus,
 )
 from sokovan.config.cluster import ClusterConfig
-from sokovan.db.models import AuditLog, Kernel, Session, SessionDependency
+from sokovan.db.models import Kernel, Session, SessionDependency
 from sokovan.manager.context import ManagerContext
 from sokovan.manager.controller.admission import CapacityCache, admit
 from sokovan.manager.controller.errors import NotFound
 from sokovan.manager.controller.session_spec import SessionCreateRequest
+from sokovan.manager.repositories.admin import audit
 from sokovan.manager.repositories.sessions_read import visible
 from sokovan.manager.repositories.tenancy import OwnerLimits, Principal, owner_limits
 from sokovan.orchestrator.provisioner.dry_run import DryRunRequest, DryRunResult, dry_run
@@ -231,11 +232,11 @@ class SchedulingController:
                 insert(SessionDependency),
                 [{"session_id": session_id, "depends_on": dep} for dep in depends_on],
             )
-        await self._audit(
+        await audit(
             conn,
-            principal,
+            principal.access_key,
             "session.create",
-            session_id,
+            str(session_id),
             {
                 "name": spec.name,
                 "image": spec.image,
@@ -269,7 +270,9 @@ class SchedulingController:
                     return
                 applied = await apply_session_transitions(conn, [transition])
                 if applied.applied:
-                    await self._audit(conn, principal, "session.terminate", session_id, {"forced": forced})
+                    await audit(
+                        conn, principal.access_key, "session.terminate", str(session_id), {"forced": forced}
+                    )
             if applied.applied:
                 await publish(self._events, applied.events())
                 await self._hint()
@@ -277,20 +280,6 @@ class SchedulingController:
         log.warning("terminate stayed stale after a retry", session_id=str(session_id))
 
     # -- shared -------------------------------------------------------------------------------
-
-    async def _audit(
-        self,
-        conn: AsyncConnection,
-        principal: Principal,
-        action: str,
-        session_id: uuid.UUID,
-        detail: dict[str, Any],
-    ) -> None:
-        await conn.execute(
-            insert(AuditLog).values(
-                actor=principal.access_key, action=action, target=str(session_id), detail=detail
-            )
-        )
 
     async def _hint(self) -> None:
         """Hint the schedulers, at most once per `HINT_COALESCE` seconds per process: a burst of
