@@ -29,7 +29,13 @@ from sokovan.orchestrator.provisioner.invariants import check_invariants
 
 # Fast self-healing, written to etcd before the daemons start (the test brief's timings).
 LOOPS = {"long_cycle_interval": 0.5}
-MAINTENANCE = {"reconcile_after": 1.0, "agent_lost_timeout": 5.0}
+MAINTENANCE = {"reconcile_after": 1.0}
+NODE_LIFECYCLE = {
+    "heartbeat_interval": 0.5,
+    "heartbeat_timeout": 3.0,
+    "grace_period": {"standard": 2.0, "sensitive": 2.0, "borrowed": 2.0},
+    "boot_timeout": 30.0,
+}
 HEARTBEAT = "0.5"
 TERMINAL = {"TERMINATED", "ERROR", "CANCELLED"}
 
@@ -40,7 +46,11 @@ async def reset_cluster_state(settings: Settings) -> None:
     await _clear_streams(settings)
     etcd = aetcd.Client(host=settings.etcd_host, port=settings.etcd_port)
     try:
-        for section, value in (("loops", LOOPS), ("maintenance", MAINTENANCE)):
+        for section, value in (
+            ("loops", LOOPS),
+            ("maintenance", MAINTENANCE),
+            ("node_lifecycle", NODE_LIFECYCLE),
+        ):
             await etcd.put(_key(settings, section), json.dumps(value).encode())
     finally:
         await etcd.close()
@@ -51,7 +61,7 @@ async def clear_timings(settings: Settings) -> None:
     await _clear_streams(settings)
     etcd = aetcd.Client(host=settings.etcd_host, port=settings.etcd_port)
     try:
-        for section in ("loops", "maintenance"):
+        for section in ("loops", "maintenance", "node_lifecycle"):
             await etcd.delete(_key(settings, section))
     finally:
         await etcd.close()

@@ -25,15 +25,30 @@ class _Event(BaseModel):
     agent_id: str
 
 
+class AgentHealth(BaseModel):
+    """An agent's health summary in each heartbeat. `ok` False (with `problems` saying why) keeps a
+    BOOTING agent out of READY and takes a READY one out of placement (DEGRADED) while it lasts."""
+
+    ok: bool = True
+    problems: list[str] = Field(default_factory=list)
+    work_dir_free: int | None = None  # bytes free where the kernels' directories live
+    load1: float | None = None  # the one-minute load average
+
+
 class AgentHeartbeat(_Event):
+    """`seq` only grows within one `boot_id`: a beat that does not is a replay, refused and counted."""
+
     name: Literal["agent.heartbeat"] = "agent.heartbeat"
     seq: int
     boot_id: str
+    agent_class: str = "standard"  # an AgentClass value: which grace period applies
+    health: AgentHealth = Field(default_factory=AgentHealth)
     scaling_group: str = "default"
     available_slots: dict[str, str]
     images: list[str]
     rpc_addr: str
     running_kernels: list[str] = Field(default_factory=list)
+    kernel_count: int | None = None  # len(running_kernels) when None
     # How many kernels the agent takes at most (None: as many as its slots allow).
     max_kernels: int | None = None
 

@@ -44,6 +44,7 @@ class RetryEligibleCause(enum.StrEnum):
     KERNEL_NONZERO_EXIT = "kernel_nonzero_exit"
     OOM_KILLED = "oom_killed"
     UNKNOWN = "unknown"
+    NODE_DRAINED = "node_drained"
 
     @classmethod
     def defaults(cls) -> frozenset[RetryEligibleCause]:

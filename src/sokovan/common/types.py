@@ -78,6 +78,14 @@ class AgentStatus(enum.StrEnum):
     FAILED = "FAILED"
 
 
+class AgentClass(enum.StrEnum):
+    """How long a silent agent is given before it is DOWN (its grace period; seed 002)."""
+
+    STANDARD = "standard"
+    SENSITIVE = "sensitive"
+    BORROWED = "borrowed"
+
+
 class EndpointLifecycle(enum.StrEnum):
     """A deployment's status (model serving)."""
 
@@ -150,6 +158,7 @@ class FailureCause(enum.StrEnum):
     VALIDATION_ERROR = "VALIDATION_ERROR"
     QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
     DEPENDENCY_FAILED = "DEPENDENCY_FAILED"
+    NODE_DRAINED = "NODE_DRAINED"
 
 
 class SessionType(enum.StrEnum):

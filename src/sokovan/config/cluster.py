@@ -16,7 +16,7 @@ from typing import Any
 
 import aetcd
 import structlog
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, ValidationError, model_validator
 
 from sokovan.common.retry_policy import RetryPolicy
 
@@ -77,11 +77,38 @@ class PhaseSettings(_Strict):
 
 class MaintenanceSettings(_Strict):
     """Self-healing, in seconds: a kernel left this long in a transient status (or missing from its
-    agent's heartbeat) is reconciled with its agent; an agent silent this long is DOWN and its
-    kernels fail with AGENT_TRANSIENT."""
+    agent's heartbeat) is reconciled with its agent."""
 
     reconcile_after: float = Field(10.0, gt=0)
-    agent_lost_timeout: float = Field(30.0, gt=0)
+
+
+class GracePeriods(_Strict):
+    """Seconds a DEGRADED (silent) agent of each class is given before it is DOWN."""
+
+    standard: float = Field(60.0, ge=0, le=86400)
+    sensitive: float = Field(300.0, ge=0, le=86400)
+    borrowed: float = Field(30.0, ge=0, le=86400)
+
+    def of(self, agent_class: str) -> float:
+        """The grace of `agent_class`; an unknown class gets the standard one."""
+        return {"sensitive": self.sensitive, "borrowed": self.borrowed}.get(agent_class, self.standard)
+
+
+class NodeLifecycleSettings(_Strict):
+    """Heartbeat timings (seed 002), in seconds. Agents beat every `heartbeat_interval`; an agent
+    silent for longer than `heartbeat_timeout` is DEGRADED, and for longer than that plus its
+    class's grace period DOWN; one BOOTING for longer than `boot_timeout` is FAILED."""
+
+    heartbeat_interval: float = Field(10.0, gt=0, le=3600)
+    heartbeat_timeout: float = Field(30.0, gt=0, le=86400)
+    grace_period: GracePeriods = GracePeriods()
+    boot_timeout: float = Field(600.0, gt=0, le=86400)
+
+    @model_validator(mode="after")
+    def _timeout_outlasts_interval(self) -> NodeLifecycleSettings:
+        if self.heartbeat_timeout <= self.heartbeat_interval:
+            raise ValueError("heartbeat_timeout must be longer than heartbeat_interval")
+        return self
 
 
 # section → the type its JSON value must validate as; the live attribute is the last path part.
@@ -89,12 +116,14 @@ SECTIONS: dict[str, Any] = {
     "manager/loops": LoopSettings,
     "manager/phases": PhaseSettings,
     "manager/maintenance": MaintenanceSettings,
+    "manager/node_lifecycle": NodeLifecycleSettings,
     # Native session retry: the cluster retry default (a bare RetryPolicy object) and the kill switch.
     "manager/retry_policy_default": RetryPolicy,
     "manager/retry_enabled": StrictBool,
 }
 RETRY_POLICY_DEFAULT = "manager/retry_policy_default"
 RETRY_ENABLED = "manager/retry_enabled"
+NODE_LIFECYCLE = "manager/node_lifecycle"
 
 _ADAPTERS: dict[str, TypeAdapter[Any]] = {name: TypeAdapter(tp) for name, tp in SECTIONS.items()}
 # What a section is when its key is absent (models: their defaults).
@@ -113,6 +142,7 @@ class ClusterConfig:
         self.loops = LoopSettings()
         self.phases = PhaseSettings()
         self.maintenance = MaintenanceSettings()
+        self.node_lifecycle = NodeLifecycleSettings()
         # Native session retry. Shipped default: max_retries 0, so nothing is retried unless asked for.
         self.retry_policy_default: RetryPolicy = RetryPolicy()
         self.retry_enabled: bool = True  # the kill switch: False stops every new retry at once

@@ -132,6 +132,15 @@ class Agent(Base):
     # The kernels the agent reported running in its last heartbeat (for reconciliation).
     running_kernels: Mapped[list[str]] = mapped_column(JSONB, nullable=False, server_default=EMPTY_LIST)
     first_contact_at: Mapped[dt.datetime] = created_at_column()
+    # Node lifecycle (seed 002): the class that picks the grace period, the last health summary, why
+    # the agent is in its status, an operator's disable (a DOWN no heartbeat undoes), the unhealthy
+    # boot reports in a row, and the heartbeats refused as replays.
+    agent_class: Mapped[str] = mapped_column(String(16), nullable=False, server_default="standard")
+    health: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default=EMPTY_JSON)
+    status_info: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default=EMPTY_JSON)
+    disabled: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
+    boot_failures: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    rejected_beats: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
 
 
 class Session(Base):
@@ -332,4 +341,17 @@ class RouteHistory(HandlerRun, Base):
     route_id: Mapped[uuid.UUID] = mapped_column(
         ForeignKey("routes.id", ondelete="CASCADE"), nullable=False, index=True
     )
+    created_at: Mapped[dt.datetime] = created_at_column()
+
+
+class AgentHistory(HandlerRun, Base):
+    """Every status change of an agent: what moved it (a lifecycle handler, a heartbeat, an
+    operator's action), from → to, why, and who (the operator's access key; None for the system)."""
+
+    __tablename__ = "agent_history"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    agent_id: Mapped[str] = mapped_column(
+        ForeignKey("agents.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    actor: Mapped[str | None] = mapped_column(String(32), nullable=True)
     created_at: Mapped[dt.datetime] = created_at_column()
