@@ -34,6 +34,38 @@ async def test_occupied_slots_and_running_kernels_are_derived(api: Api) -> None:
     assert (other["occupied_slots"], other["running_kernels"]) == ({}, 0)
 
 
+async def test_the_view_shows_the_node_lifecycle(api: Api) -> None:
+    await add_agent(
+        api.engine,
+        "agent-3",
+        status="DEGRADED",
+        agent_class="sensitive",
+        health={"gpus": 2, "temperature": 71},
+        status_info={"reason": "silent for 31s", "handler": "MarkDegraded"},
+        rejected_beats=3,
+        boot_id="boot-9",
+    )
+    body = await (await api.client.get("/v2/agents/agent-3", headers=api.alice)).json()
+    assert (body["status"], body["agent_class"], body["boot_id"]) == ("DEGRADED", "sensitive", "boot-9")
+    assert body["health"] == {"gpus": 2, "temperature": 71}
+    assert body["status_info"] == {"reason": "silent for 31s", "handler": "MarkDegraded"}
+    assert (body["rejected_beats"], body["disabled"]) == (3, False)
+    assert body["status_changed_at"] is not None
+    # The column says it may be scheduled; the status says it takes no new kernels now.
+    assert body["schedulable"] is False
+    ready = await (await api.client.get("/v2/agents/agent-1", headers=api.alice)).json()
+    assert (ready["agent_class"], ready["health"], ready["status_info"], ready["schedulable"]) == (
+        "standard",
+        {},
+        {},
+        True,
+    )
+    async with api.engine.begin() as conn:
+        await conn.execute(update(Agent).where(Agent.id == "agent-1").values(schedulable=False))
+    held = await (await api.client.get("/v2/agents?status=READY", headers=api.alice)).json()
+    assert [(a["id"], a["schedulable"]) for a in held["items"]] == [("agent-1", False), ("agent-2", True)]
+
+
 async def test_list_filters_and_pages(api: Api) -> None:
     await add_agent(api.engine, "agent-3", status="DRAINED")
     async with api.engine.begin() as conn:
@@ -72,8 +104,22 @@ async def test_openapi_lists_the_admin_routes(api: Api) -> None:
     assert {"get", "post"} <= paths["/v2/scaling-groups"].keys()
     assert {"get", "patch"} <= paths["/v2/scaling-groups/{name}"].keys()
     assert "get" in paths["/v2/agents"] and "get" in paths["/v2/agents/{id}"]
+    assert "get" in paths["/v2/agents/{id}/history"]
+    for action in ("drain", "undrain", "disable", "enable"):
+        op = paths[f"/v2/agents/{{id}}/{action}"]["post"]
+        assert {"200", "403", "404", "409", "422"} <= op["responses"].keys()
     assert "403" in paths["/v2/scaling-groups"]["post"]["responses"]
     assert "409" in paths["/v2/scaling-groups"]["post"]["responses"]
     schemas = doc["components"]["schemas"]
-    for name in ("AgentOut", "AgentList", "ScalingGroupCreate", "ResourcePolicyPut", "TenantLimitsPut"):
+    for name in (
+        "AgentOut",
+        "AgentList",
+        "AgentDrainRequest",
+        "AgentActionRequest",
+        "AgentHistoryList",
+        "ScalingGroupCreate",
+        "ResourcePolicyPut",
+        "TenantLimitsPut",
+    ):
         assert name in schemas
+    assert {"from", "to", "actor", "reason", "at"} <= schemas["AgentHistoryItem"]["properties"].keys()

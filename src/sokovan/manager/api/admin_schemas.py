@@ -233,15 +233,25 @@ class ScalingGroupList(BaseModel):
 
 class AgentOut(BaseModel):
     """An agent. Slots are decimal strings; `occupied_slots` and `running_kernels` are derived
-    from its placed kernels that have not ended."""
+    from its placed kernels that have not ended. `schedulable`: it takes new kernels now (READY
+    and not held off scheduling)."""
 
     id: str
     status: AgentStatus
+    status_changed_at: dt.datetime
+    status_info: dict[str, Any] = Field(
+        description="why it is in its status: reason, handler (what moved it), by (the operator)"
+    )
+    agent_class: str = Field(description="standard, sensitive or borrowed: picks its grace period")
     scaling_group: str
     available_slots: dict[str, str]
     occupied_slots: dict[str, str]
     last_heartbeat_at: dt.datetime | None
     heartbeat_seq: int
+    boot_id: str
+    health: dict[str, Any] = Field(description="the health summary of its last heartbeat")
+    rejected_beats: int = Field(description="heartbeats refused as replays")
+    disabled: bool = Field(description="an operator's disable: DOWN until enabled")
     running_kernels: int
     schedulable: bool
     images: list[str]
@@ -250,4 +260,40 @@ class AgentOut(BaseModel):
 
 class AgentList(BaseModel):
     items: list[AgentOut]
+    next_cursor: str | None
+
+
+class AgentActionRequest(BaseModel):
+    """Body of `POST /v2/agents/{id}/undrain|disable|enable` (optional): why, for the audit log
+    and the agent's history."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str | None = Field(default=None, min_length=1, max_length=1000)
+
+
+class AgentDrainRequest(AgentActionRequest):
+    """Body of `POST /v2/agents/{id}/drain` (optional). `urgent` also terminates every session
+    with a live kernel on the agent (cause NODE_DRAINED, retry-eligible); an agent already
+    DRAINING may be drained urgently."""
+
+    urgent: bool = False
+
+
+class AgentHistoryItem(BaseModel):
+    """One status change of an agent (from = to: an action that kept its status)."""
+
+    model_config = ConfigDict(serialize_by_alias=True, validate_by_name=True)
+
+    from_status: AgentStatus | None = Field(alias="from")
+    to_status: AgentStatus | None = Field(alias="to")
+    handler: str = Field(description="what moved it: a lifecycle handler, a heartbeat, api.<action>")
+    result: str
+    reason: str | None
+    actor: str | None = Field(description="the operator's access key; null for the system")
+    at: dt.datetime
+
+
+class AgentHistoryList(BaseModel):
+    items: list[AgentHistoryItem] = Field(description="newest first")
     next_cursor: str | None

@@ -1,16 +1,45 @@
-"""`GET /v2/agents[/{id}]`: any authenticated caller may read the fleet."""
+"""`/v2/agents`: any authenticated caller may read the fleet; admins act on it (node lifecycle,
+seed 002: drain, undrain, disable, enable) and read an agent's history.
+
+Actions go through the `NodeController`; reads through `repositories.agents_read`. An action the
+agent's current status does not allow is a 409 problem whose extra member `agent_status` names
+that status.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
 from aiohttp import web
+from pydantic import BaseModel
 
 from sokovan.common.types import AgentStatus
-from sokovan.manager.api.admin_schemas import AgentList, AgentOut
-from sokovan.manager.api.auth import CTX_KEY, principal_of
-from sokovan.manager.api.common import found, json_response, query_csv, read_page
+from sokovan.manager.api.admin_schemas import (
+    AgentActionRequest,
+    AgentDrainRequest,
+    AgentHistoryItem,
+    AgentHistoryList,
+    AgentList,
+    AgentOut,
+)
+from sokovan.manager.api.auth import CTX_KEY, principal_of, require_admin
+from sokovan.manager.api.common import PAGING, found, json_response, query_csv, read_page
 from sokovan.manager.api.openapi import Param, Route
-from sokovan.manager.api.problems import Problem
+from sokovan.manager.api.problems import PROBLEM_BASE, PROBLEM_CONTENT_TYPE, Problem, not_found, parse_body
+from sokovan.manager.controller.node_controller import NodeController, NodeRequest
+from sokovan.manager.controller.node_rules import AgentStateConflict, NodeAction
 from sokovan.manager.repositories import agents_read
+from sokovan.manager.repositories.tenancy import Principal
+
+M = TypeVar("M", bound=BaseModel)
+NODES_KEY = web.AppKey("node_controller", NodeController)
+
+
+def setup(app: web.Application) -> None:
+    """The node controller the action routes use (the app's context must be set)."""
+    app[NODES_KEY] = NodeController(app[CTX_KEY])
 
 
 async def list_agents(request: web.Request) -> web.Response:
@@ -27,13 +56,82 @@ async def list_agents(request: web.Request) -> web.Response:
     return json_response(AgentList(items=[AgentOut.model_validate(i) for i in items], next_cursor=cursor))
 
 
-async def get_agent(request: web.Request) -> web.Response:
-    principal_of(request)
-    agent_id = request.match_info["id"]
+async def _view(request: web.Request, agent_id: str) -> AgentOut:
     async with request.app[CTX_KEY].engine.connect() as conn:
         view = await agents_read.get_agent(conn, agent_id)
-    return json_response(found(AgentOut, view, "agent", repr(agent_id)))
+    return found(AgentOut, view, "agent", agent_id)
 
+
+async def get_agent(request: web.Request) -> web.Response:
+    principal_of(request)
+    return json_response(await _view(request, request.match_info["id"]))
+
+
+async def agent_history(request: web.Request) -> web.Response:
+    require_admin(request)
+    agent_id = request.match_info["id"]
+    async with request.app[CTX_KEY].engine.connect() as conn:
+        if not await agents_read.agent_exists(conn, agent_id):
+            raise not_found("agent", agent_id)
+        items, cursor = await read_page(
+            request, lambda limit, after: agents_read.list_history(conn, agent_id, limit, after)
+        )
+    return json_response(
+        AgentHistoryList(items=[AgentHistoryItem.model_validate(i) for i in items], next_cursor=cursor)
+    )
+
+
+async def _optional_body(request: web.Request, model: type[M]) -> M:
+    """The body as `model`, or the model's defaults when there is no body at all."""
+    if not (await request.read()).strip():
+        return model()
+    return await parse_body(request, model)
+
+
+def _conflict(exc: AgentStateConflict) -> web.Response:
+    body = {
+        "type": PROBLEM_BASE + exc.slug,
+        "title": exc.title,
+        "status": exc.status,
+        "detail": exc.detail,
+        "agent_status": exc.agent_status.value,
+    }
+    return web.Response(status=exc.status, text=json.dumps(body), content_type=PROBLEM_CONTENT_TYPE)
+
+
+async def _act(request: web.Request, principal: Principal, node_request: NodeRequest) -> web.Response:
+    agent_id = request.match_info["id"]
+    try:
+        await request.app[NODES_KEY].act(principal, agent_id, node_request)
+    except AgentStateConflict as exc:
+        return _conflict(exc)
+    return json_response(await _view(request, agent_id))
+
+
+async def drain_agent(request: web.Request) -> web.Response:
+    principal = require_admin(request)
+    body = await _optional_body(request, AgentDrainRequest)
+    return await _act(request, principal, NodeRequest(NodeAction.DRAIN, body.reason, body.urgent))
+
+
+def _simple(action: NodeAction) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handler(request: web.Request) -> web.Response:
+        principal = require_admin(request)
+        body = await _optional_body(request, AgentActionRequest)
+        return await _act(request, principal, NodeRequest(action, body.reason))
+
+    handler.__name__ = f"{action.value}_agent"
+    return handler
+
+
+undrain_agent = _simple(NodeAction.UNDRAIN)
+disable_agent = _simple(NodeAction.DISABLE)
+enable_agent = _simple(NodeAction.ENABLE)
+
+AGENT_ID = Param("id", "path", "agent id", required=True)
+_CONFLICT = (
+    "; 409 (problem+json with `agent_status`, the agent's current status) when its status does not allow it"
+)
 
 ROUTES = [
     Route(
@@ -45,16 +143,59 @@ ROUTES = [
         params=(
             Param("status", "query", "comma-separated agent statuses"),
             Param("scaling_group", "query", "only this scaling group's agents"),
-            Param("limit", "query", "page size, 1-500 (default 100)", {"type": "integer"}),
-            Param("cursor", "query", "next_cursor of the previous page"),
+            *PAGING,
         ),
     ),
+    Route("GET", "/v2/agents/{id}", get_agent, "Read one agent", {200: AgentOut}, params=(AGENT_ID,)),
     Route(
         "GET",
-        "/v2/agents/{id}",
-        get_agent,
-        "Read one agent",
-        {200: AgentOut},
-        params=(Param("id", "path", "agent id", required=True),),
+        "/v2/agents/{id}/history",
+        agent_history,
+        "The agent's status changes (what moved it, why, who), newest first",
+        {200: AgentHistoryList},
+        params=(AGENT_ID, *PAGING),
+        admin=True,
+    ),
+    Route(
+        "POST",
+        "/v2/agents/{id}/drain",
+        drain_agent,
+        "Drain: READY or DEGRADED → DRAINING (no new kernels; DRAINED once none is left). Urgent: "
+        "also terminate its sessions (cause NODE_DRAINED), allowed on a DRAINING agent too" + _CONFLICT,
+        {200: AgentOut, 409: None},
+        request=AgentDrainRequest,
+        params=(AGENT_ID,),
+        admin=True,
+    ),
+    Route(
+        "POST",
+        "/v2/agents/{id}/undrain",
+        undrain_agent,
+        "Undrain: DRAINING or DRAINED → READY" + _CONFLICT,
+        {200: AgentOut, 409: None},
+        request=AgentActionRequest,
+        params=(AGENT_ID,),
+        admin=True,
+    ),
+    Route(
+        "POST",
+        "/v2/agents/{id}/disable",
+        disable_agent,
+        "Disable: any status → DOWN at once, its kernels ended (AGENT_TRANSIENT); it stays DOWN "
+        "until enabled" + _CONFLICT,
+        {200: AgentOut, 409: None},
+        request=AgentActionRequest,
+        params=(AGENT_ID,),
+        admin=True,
+    ),
+    Route(
+        "POST",
+        "/v2/agents/{id}/enable",
+        enable_agent,
+        "Enable: DOWN or FAILED → BOOTING (READY at its next healthy heartbeat)" + _CONFLICT,
+        {200: AgentOut, 409: None},
+        request=AgentActionRequest,
+        params=(AGENT_ID,),
+        admin=True,
     ),
 ]

@@ -68,6 +68,7 @@ def create_app(ctx: ManagerContext, cluster_config: ClusterConfig | None = None)
     app[CONTROLLER_KEY] = SchedulingController(ctx, app[config.CLUSTER_CONFIG_KEY])
     app[DEPLOYMENTS_KEY] = DeploymentController(ctx)
     events.setup(app)
+    agents.setup(app)
     routes = all_routes()
     app[OPENAPI_KEY] = build_document(routes, _version())
     for route in routes:

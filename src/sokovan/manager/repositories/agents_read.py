@@ -1,5 +1,7 @@
 """Read side of agents for the API. An agent's occupied slots and kernel count are derived from
-its placed kernels that have not ended (`agent_occupancy`), never stored."""
+its placed kernels that have not ended (`agent_occupancy`), never stored; it reads as schedulable
+only while READY and not held off scheduling. Its history (`agent_history`) is listed newest
+first."""
 
 from __future__ import annotations
 
@@ -7,21 +9,29 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import exists, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.slots import ResourceSlots
-from sokovan.db.models import Agent
-from sokovan.manager.repositories.paging import page_after_key
+from sokovan.common.types import AgentStatus
+from sokovan.db.models import Agent, AgentHistory
+from sokovan.manager.repositories.paging import decode_cursor, encode_cursor, page_after_key
 from sokovan.state.occupancy import agent_occupancy
 
 _COLUMNS = (
     Agent.id,
     Agent.status,
+    Agent.status_changed_at,
+    Agent.status_info,
+    Agent.agent_class,
     Agent.scaling_group,
     Agent.available_slots,
     Agent.last_heartbeat_at,
     Agent.heartbeat_seq,
+    Agent.boot_id,
+    Agent.health,
+    Agent.rejected_beats,
+    Agent.disabled,
     Agent.schedulable,
     Agent.images,
     Agent.rpc_addr,
@@ -42,13 +52,20 @@ async def _views(conn: AsyncConnection, rows: Sequence[Any]) -> list[dict[str, A
         {
             "id": r.id,
             "status": r.status,
+            "status_changed_at": r.status_changed_at,
+            "status_info": dict(r.status_info or {}),
+            "agent_class": r.agent_class,
             "scaling_group": r.scaling_group,
             "available_slots": ResourceSlots.from_json(r.available_slots).to_json(),
             "occupied_slots": occupied.get(r.id, ResourceSlots()).to_json(),
             "last_heartbeat_at": r.last_heartbeat_at,
             "heartbeat_seq": r.heartbeat_seq,
+            "boot_id": r.boot_id,
+            "health": dict(r.health or {}),
+            "rejected_beats": r.rejected_beats,
+            "disabled": r.disabled,
             "running_kernels": counts.get(r.id, 0),
-            "schedulable": r.schedulable,
+            "schedulable": r.status == AgentStatus.READY and r.schedulable,
             "images": list(r.images or []),
             "rpc_addr": r.rpc_addr,
         }
@@ -73,3 +90,44 @@ async def list_agents(
         query = query.where(Agent.scaling_group == flt.scaling_group)
     rows, next_cursor = await page_after_key(conn, query, Agent.id, "id", str, limit, cursor)
     return await _views(conn, rows), next_cursor
+
+
+async def agent_exists(conn: AsyncConnection, agent_id: str) -> bool:
+    return bool(await conn.scalar(select(exists().where(Agent.id == agent_id))))
+
+
+async def list_history(
+    conn: AsyncConnection, agent_id: str, limit: int, cursor: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The agent's status changes, newest first; `cursor` continues after the last row's id."""
+    query = select(
+        AgentHistory.id,
+        AgentHistory.from_status,
+        AgentHistory.to_status,
+        AgentHistory.handler,
+        AgentHistory.result,
+        AgentHistory.message,
+        AgentHistory.actor,
+        AgentHistory.created_at,
+    ).where(AgentHistory.agent_id == agent_id)
+    if cursor is not None:
+        before = decode_cursor(cursor).get("id")
+        if not isinstance(before, int) or isinstance(before, bool):
+            raise ValueError("malformed cursor")
+        query = query.where(AgentHistory.id < before)
+    rows = (await conn.execute(query.order_by(AgentHistory.id.desc()).limit(limit + 1))).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    items = [
+        {
+            "from": r.from_status,
+            "to": r.to_status,
+            "handler": r.handler,
+            "result": r.result,
+            "reason": r.message,
+            "actor": r.actor,
+            "at": r.created_at,
+        }
+        for r in rows
+    ]
+    return items, encode_cursor({"id": rows[-1].id}) if more and rows else None
