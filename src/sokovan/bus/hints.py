@@ -25,6 +25,7 @@ class Hint(enum.StrEnum):
     ROUTE = "route"
     MAINTENANCE = "maintenance"
     RETRY = "retry"
+    NODE = "node"
 
 
 def hint_channel(prefix: str) -> str:

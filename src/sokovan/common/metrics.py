@@ -68,3 +68,24 @@ ROUTE_EVICTIONS = Counter("sokovan_route_evictions_total", "Unhealthy routes evi
 REPLICA_REPLACEMENTS = Counter(
     "sokovan_replica_replacements_total", "Replicas created to replace ones that were lost"
 )
+
+
+AGENT_TRANSITIONS = Counter(
+    "sokovan_agent_transitions_total", "Agent status transitions applied", ["from_status", "to_status"]
+)
+AGENTS_BY_STATUS = Gauge("sokovan_agents", "Agents by status (node lifecycle)", ["status"])
+HEARTBEATS_REPLAYED = Counter(
+    "sokovan_heartbeats_replayed_total",
+    "Heartbeats refused because their sequence did not grow within their boot (replays)",
+)
+MASS_SILENCE_HOLDS = Counter(
+    "sokovan_agents_mass_silence_total",
+    "Times more than half of a scaling group fell silent at once and DEGRADED -> DOWN was held",
+    ["scaling_group"],
+)
+MASS_SILENCE = Gauge(
+    "sokovan_agents_mass_silence_held",
+    "1 while DEGRADED -> DOWN is held in a scaling group because most of it fell silent at once",
+    ["scaling_group"],
+)
+AGENT_DRAINS = Counter("sokovan_agent_drains_total", "Operator drains of agents", ["urgent"])

@@ -77,6 +77,12 @@ class AgentStatus(enum.StrEnum):
     DRAINED = "DRAINED"
     FAILED = "FAILED"
 
+    @classmethod
+    def reporting(cls) -> frozenset[AgentStatus]:
+        """Statuses of an agent that beats and answers: the manager reconciles kernels with it
+        and destroys what it still runs for kernels that ended."""
+        return frozenset({cls.READY, cls.BOOTING, cls.DRAINING, cls.DRAINED})
+
 
 class AgentClass(enum.StrEnum):
     """How long a silent agent is given before it is DOWN (its grace period; seed 002)."""

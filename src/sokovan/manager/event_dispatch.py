@@ -31,11 +31,11 @@ class EventDispatcher:
         kernel_events: list[KernelEvent] = [e for e in events if isinstance(e, KERNEL_EVENT_TYPES)]
         hint = False
         if beats:
-            changed = set(await record_heartbeats(self._engine, beats))
-            registered = [b.agent_id for b in beats if b.seq == 1 and b.agent_id in changed]
-            if registered:
-                log.info("agent.registered", agents=len(registered), first=registered[0])
+            recorded = await record_heartbeats(self._engine, beats)
+            if recorded.ready:
+                log.info("agent.ready", agents=len(recorded.ready), first=recorded.ready[0])
                 hint = True  # new room: pending sessions may fit now
+            await publish(self._events, recorded.events)
         for event in events:
             if isinstance(event, AgentStopping):
                 log.info("agent.stopping", agent_id=event.agent_id)

@@ -3,8 +3,9 @@
 Each coordinator is driven by `CoordinatorLoop`s (a short cycle when hinted, a long cycle always),
 one per lane; every lane cycles under its own cluster-wide lock. The ScheduleCoordinator runs the
 session handlers in four lanes (end, place, prepare, start) that cycle concurrently; the
-DeploymentCoordinator (model serving) one lane, the RouteCoordinator two (replicas,
-health); retries and maintenance one each. To add a handler, write its file and add it to a lane below.
+DeploymentCoordinator (model serving) one lane, the RouteCoordinator two (replicas, health), the
+NodeCoordinator (agents' lifecycle) one; retries and maintenance one each. To add a handler,
+write its file and add it to a lane below.
 """
 
 from __future__ import annotations
@@ -32,6 +33,14 @@ from sokovan.orchestrator.deployment.replicas import ReplicaSessions
 from sokovan.orchestrator.locks import CycleLock
 from sokovan.orchestrator.loop import CoordinatorLoop
 from sokovan.orchestrator.maintenance.coordinator import MaintenanceCoordinator
+from sokovan.orchestrator.node.backlog import Backlog
+from sokovan.orchestrator.node.coordinator import NodeCoordinator
+from sokovan.orchestrator.node.handler import NodeHandler
+from sokovan.orchestrator.node.handlers.complete_drain import CompleteDrain
+from sokovan.orchestrator.node.handlers.confirm_down import ConfirmDown
+from sokovan.orchestrator.node.handlers.count_agents import CountAgents
+from sokovan.orchestrator.node.handlers.detect_silence import DetectSilence
+from sokovan.orchestrator.node.handlers.expire_boot import ExpireBoot
 from sokovan.orchestrator.retry.engine import RetryCoordinator
 from sokovan.orchestrator.route.coordinator import RouteCoordinator
 from sokovan.orchestrator.route.handler import RouteHandler
@@ -125,6 +134,21 @@ def route_lanes(engine: AsyncEngine, serving: Serving) -> dict[str, list[RouteHa
     }
 
 
+def node_lanes(
+    engine: AsyncEngine, config: ClusterConfig, events: UserEventPublisher | None, backlog: Backlog
+) -> dict[str, list[NodeHandler]]:
+    """The node lifecycle: silence first (READY → DEGRADED → DOWN), then boots and drains."""
+    return {
+        "nodes": [
+            DetectSilence(config, backlog),
+            ConfirmDown(config, backlog, events),
+            ExpireBoot(config),
+            CompleteDrain(engine, config),
+            CountAgents(),
+        ]
+    }
+
+
 def session_handlers(engine: AsyncEngine, rpc: AgentRPCClient) -> list[SessionHandler]:
     """All session handlers in one sequence (one lane), in lane order."""
     return [h for lane in session_lanes(engine, rpc).values() for h in lane]
@@ -145,7 +169,11 @@ class SokovanOrchestrator:
             engine, config, session_lanes(engine, rpc, config), CycleLock(engine), events=events
         )
         retry = RetryCoordinator(engine, config, CycleLock(engine), events)
-        maintenance = MaintenanceCoordinator(engine, rpc, config, CycleLock(engine), events, backlog)
+        maintenance = MaintenanceCoordinator(engine, rpc, config, CycleLock(engine))
+        self.nodes = NodeCoordinator(
+            engine, node_lanes(engine, config, events, Backlog(backlog)), CycleLock(engine), events
+        )
+        self.nodes.on_wake = self.hint
         # Whatever a lane moves is the sessions' business: it hints every session lane at once.
         wake_sessions = functools.partial(self.hint, Hint.SCHEDULE)
         self.loops: dict[str, list[CoordinatorLoop]] = {
@@ -157,6 +185,10 @@ class SokovanOrchestrator:
             # scheduled retry came due).
             + [self._loop(Hint.RETRY, retry.cycle)],
             Hint.MAINTENANCE: [self._loop(Hint.MAINTENANCE, maintenance.cycle)],
+            Hint.NODE: [
+                self._loop(f"{Hint.NODE}.{lane}", functools.partial(self.nodes.cycle_lane, lane))
+                for lane in self.nodes.lanes
+            ],
         }
         for loops in self.loops.values():
             for loop in loops:

@@ -34,7 +34,9 @@ class AgentTransition:
     """Move `agent_id` to `to_status` if it is still in `expected`.
 
     `values` are other columns written with the move (e.g. `disabled`); `end_kernels` ends the
-    agent's live kernels with AGENT_TRANSIENT (always done for a move to DOWN)."""
+    agent's live kernels with AGENT_TRANSIENT (always done for a move to DOWN). A judgement of
+    silence names the last heartbeat it saw (`seen_heartbeat`): if the agent beat since, the
+    transition is stale."""
 
     agent_id: str
     expected: frozenset[str]
@@ -44,6 +46,7 @@ class AgentTransition:
     actor: str | None = None
     values: Mapping[str, Any] = field(default_factory=dict)
     end_kernels: bool = False
+    seen_heartbeat: dt.datetime | None = None
 
     @property
     def ends_kernels(self) -> bool:
@@ -91,17 +94,20 @@ async def apply_agent_transitions(
         return out
     now = now or dt.datetime.now(dt.UTC)
     rows = await conn.execute(
-        select(Agent.id, Agent.status)
+        select(Agent.id, Agent.status, Agent.last_heartbeat_at)
         .where(Agent.id.in_({t.agent_id for t in transitions}))
         .order_by(Agent.id)
         .with_for_update()
     )
-    current = {r.id: str(r.status) for r in rows}
+    current: dict[str, str] = {}
+    beats: dict[str, dt.datetime | None] = {}
+    for r in rows:
+        current[r.id], beats[r.id] = str(r.status), r.last_heartbeat_at
     history: list[dict[str, Any]] = []
     ending: dict[str, str] = {}
     for t in transitions:
         status = current.get(t.agent_id)
-        if status is None or status not in t.expected:
+        if status is None or status not in t.expected or _beat_since(t, beats.get(t.agent_id)):
             out.stale.append(t.agent_id)
             continue
         target = t.to_status.value
@@ -126,6 +132,10 @@ async def apply_agent_transitions(
         out.kernels_ended = len(ended)
         out.events.extend(m.event() for m in ended)
     return out
+
+
+def _beat_since(t: AgentTransition, last: dt.datetime | None) -> bool:
+    return t.seen_heartbeat is not None and last is not None and last > t.seen_heartbeat
 
 
 async def end_agent_kernels(conn: AsyncConnection, reasons: Mapping[str, str]) -> list[KernelMove]:

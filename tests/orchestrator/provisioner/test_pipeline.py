@@ -25,7 +25,11 @@ def test_two_cpu3_sessions_on_a_cpu4_agent_one_placed_one_waits() -> None:
         ([agent("a", cpu=1), agent("b", cpu=1)], "0/2 agents fit: 2 insufficient cpu"),
         (
             [agent("a", cpu=1), agent("b", status=AgentStatus.DOWN)],
-            "0/2 agents fit: 1 insufficient cpu, 1 not READY",
+            "0/2 agents fit: 1 insufficient cpu, 1 not READY (DOWN)",
+        ),
+        (
+            [agent("a", status=AgentStatus.DRAINING), agent("b", status=AgentStatus.DEGRADED)],
+            "0/2 agents fit: 1 not READY (DEGRADED), 1 not READY (DRAINING)",
         ),
         ([agent("a", images=("shell",))], "0/1 agents fit: 1 image not offered"),
         ([agent("a", max_kernels=0)], "0/1 agents fit: 1 at kernel limit"),

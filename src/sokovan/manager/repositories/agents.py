@@ -1,84 +1,230 @@
-"""Agents as the manager learns them from heartbeats."""
+"""Agents as the manager learns them from heartbeats.
+
+A batch of heartbeats is written in one transaction: the agents' rows are locked in id order,
+each beat is checked against the agent's boot and sequence (a beat whose sequence does not grow
+within its boot is a replay: refused and counted, on the agent and in
+`sokovan_heartbeats_replayed_total`), and the status moves the beat makes (`agent_beats`) are
+written with their history. Silence is judged elsewhere (the orchestrator's node lifecycle lane).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
-from sqlalchemy import case, or_, select
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from sokovan.bus.user_events import UserEvent
 from sokovan.common.events import AgentHeartbeat
-from sokovan.common.types import AgentStatus
-from sokovan.db.models import Agent, ScalingGroup
+from sokovan.common.metrics import HEARTBEATS_REPLAYED
+from sokovan.common.types import AgentClass, AgentStatus
+from sokovan.db.models import Agent, AgentHistory, ScalingGroup
+from sokovan.state.agent_beats import on_heartbeat
+from sokovan.state.agent_writes import agent_event, history_row
 
 log = structlog.get_logger(__name__)
-
-# Operator-held states a heartbeat does not undo.
-_HELD = [AgentStatus.DRAINING.value, AgentStatus.DRAINED.value, AgentStatus.FAILED.value]
+HEARTBEAT = "heartbeat"  # the handler name agent history gives a move a heartbeat made
 
 
-async def record_heartbeats(engine: AsyncEngine, beats: Sequence[AgentHeartbeat]) -> list[str]:
-    """Register or refresh agents in one statement; a beat older than the last one seen is ignored.
+@dataclass
+class BeatsRecorded:
+    """What a batch of heartbeats did: agents refreshed, agents that became READY (new room),
+    status events, and beats refused as replays."""
 
-    Returns the ids of the agents whose row changed (stale beats and beats naming a scaling group
-    that does not exist are left out).
-    """
-    latest: dict[str, AgentHeartbeat] = {}
-    for hb in beats:  # stream order: the last beat of an agent wins
-        latest[hb.agent_id] = hb
-    # Rows in id order: managers upserting overlapping batches then lock agents in one order.
-    latest = dict(sorted(latest.items()))
-    if not latest:
-        return []
+    refreshed: list[str] = field(default_factory=list)
+    ready: list[str] = field(default_factory=list)
+    events: list[UserEvent] = field(default_factory=list)
+    replayed: int = 0
+
+
+def _by_agent(beats: Sequence[AgentHeartbeat]) -> dict[str, list[AgentHeartbeat]]:
+    """Each agent's beats in stream order, agents in id order (managers writing overlapping
+    batches then lock agents in one order)."""
+    out: dict[str, list[AgentHeartbeat]] = {}
+    for hb in beats:
+        out.setdefault(hb.agent_id, []).append(hb)
+    return dict(sorted(out.items()))
+
+
+def _accepted(
+    beats: Sequence[AgentHeartbeat], boot: str | None, seq: int
+) -> tuple[AgentHeartbeat | None, int]:
+    """The beat that counts (the last one that is not a replay) and how many were replays: within
+    one boot, a beat whose sequence is not above every one seen before it (stored or earlier in
+    the batch)."""
+    last: AgentHeartbeat | None = None
+    replays = 0
+    for hb in beats:
+        if hb.boot_id == boot and hb.seq <= seq:
+            replays += 1
+            continue
+        last, boot, seq = hb, hb.boot_id, hb.seq
+    return last, replays
+
+
+def _agent_class(value: str) -> str:
+    return value if value in {c.value for c in AgentClass} else AgentClass.STANDARD.value
+
+
+def _beat_columns(hb: AgentHeartbeat, now: dt.datetime) -> dict[str, Any]:
+    return {
+        "scaling_group": hb.scaling_group,
+        "available_slots": hb.available_slots,
+        "rpc_addr": hb.rpc_addr,
+        "images": sorted(hb.images),
+        "boot_id": hb.boot_id,
+        "heartbeat_seq": hb.seq,
+        "last_heartbeat_at": now,
+        "max_kernels": hb.max_kernels,
+        "running_kernels": hb.running_kernels,
+        "agent_class": _agent_class(hb.agent_class),
+        "health": hb.health.model_dump(mode="json"),
+    }
+
+
+async def record_heartbeats(engine: AsyncEngine, beats: Sequence[AgentHeartbeat]) -> BeatsRecorded:
+    """Register or refresh agents, apply the status moves their beats make, refuse replays.
+
+    Beats naming a scaling group that does not exist are left out (logged)."""
+    out = BeatsRecorded()
+    grouped = _by_agent(beats)
+    if not grouped:
+        return out
     now = dt.datetime.now(dt.UTC)
     async with engine.begin() as conn:
-        groups = {hb.scaling_group for hb in latest.values()}
+        groups = {b[-1].scaling_group for b in grouped.values()}
         known = set(
             (await conn.execute(select(ScalingGroup.name).where(ScalingGroup.name.in_(groups)))).scalars()
         )
-        rows = []
-        for hb in latest.values():
-            if hb.scaling_group not in known:
-                log.warning(
-                    "agent.unknown_scaling_group", agent_id=hb.agent_id, scaling_group=hb.scaling_group
+        for agent_id, agent_beats in grouped.items():
+            if agent_beats[-1].scaling_group not in known:
+                group = agent_beats[-1].scaling_group
+                log.warning("agent.unknown_scaling_group", agent_id=agent_id, scaling_group=group)
+        grouped = {k: b for k, b in grouped.items() if b[-1].scaling_group in known}
+        rows = {
+            r.id: r
+            for r in await conn.execute(
+                select(
+                    Agent.id,
+                    Agent.status,
+                    Agent.boot_id,
+                    Agent.heartbeat_seq,
+                    Agent.disabled,
+                    Agent.boot_failures,
                 )
-                continue
-            rows.append(
-                {
-                    "id": hb.agent_id,
-                    "status": AgentStatus.READY.value,
-                    "scaling_group": hb.scaling_group,
-                    "available_slots": hb.available_slots,
-                    "rpc_addr": hb.rpc_addr,
-                    "images": sorted(hb.images),
-                    "boot_id": hb.boot_id,
-                    "heartbeat_seq": hb.seq,
-                    "last_heartbeat_at": now,
-                    "max_kernels": hb.max_kernels,
-                    "running_kernels": hb.running_kernels,
-                }
+                .where(Agent.id.in_(list(grouped)))
+                .order_by(Agent.id)
+                .with_for_update()
             )
-        if not rows:
-            return []
-        stmt = insert(Agent).values(rows)
-        excluded = stmt.excluded
-        upsert = stmt.on_conflict_do_update(
-            index_elements=[Agent.id],
-            set_={
-                "scaling_group": excluded.scaling_group,
-                "available_slots": excluded.available_slots,
-                "rpc_addr": excluded.rpc_addr,
-                "images": excluded.images,
-                "boot_id": excluded.boot_id,
-                "heartbeat_seq": excluded.heartbeat_seq,
-                "last_heartbeat_at": excluded.last_heartbeat_at,
-                "max_kernels": excluded.max_kernels,
-                "running_kernels": excluded.running_kernels,
-                "status": case((Agent.status.in_(_HELD), Agent.status), else_=excluded.status),
-            },
-            where=or_(Agent.boot_id != excluded.boot_id, Agent.heartbeat_seq < excluded.heartbeat_seq),
-        ).returning(Agent.id)
-        return list((await conn.execute(upsert)).scalars())
+        }
+        inserts: list[dict[str, Any]] = []
+        updates: list[dict[str, Any]] = []
+        history: list[dict[str, Any]] = []
+        replays: dict[str, int] = {}
+        for agent_id, agent_beats in grouped.items():
+            row = rows.get(agent_id)
+            hb, replayed = _accepted(
+                agent_beats,
+                row.boot_id if row is not None else None,
+                row.heartbeat_seq if row is not None else 0,
+            )
+            if replayed:
+                replays[agent_id] = replayed
+            if hb is None:
+                continue
+            outcome = on_heartbeat(
+                AgentStatus(row.status) if row is not None else None,
+                disabled=bool(row.disabled) if row is not None else False,
+                new_boot=row is not None and row.boot_id != hb.boot_id,
+                healthy=hb.health.ok,
+                problems="; ".join(hb.health.problems) or "unhealthy",
+                boot_failures=row.boot_failures if row is not None else 0,
+            )
+            columns = _beat_columns(hb, now)
+            columns["status"] = outcome.status.value
+            columns["boot_failures"] = outcome.boot_failures
+            if outcome.moves:
+                last = outcome.moves[-1]
+                columns["status_info"] = {"reason": last.reason, "handler": HEARTBEAT}
+            for move in outcome.moves:
+                src = move.src.value if move.src is not None else None
+                history.append(history_row(agent_id, HEARTBEAT, src, move.dst.value, move.reason, None, now))
+                out.events.append(agent_event(agent_id, src, move.dst.value, move.reason, None))
+            if outcome.status == AgentStatus.READY and any(m.dst == AgentStatus.READY for m in outcome.moves):
+                out.ready.append(agent_id)
+            out.refreshed.append(agent_id)
+            if row is None:
+                inserts.append({"id": agent_id, "status_changed_at": now, **columns})
+            else:
+                changed = now if outcome.moves else None
+                updates.append(
+                    {"b_id": agent_id, "b_changed": changed, "b_moved": bool(outcome.moves), **columns}
+                )
+        if inserts:
+            # Another manager may register the same new agent at the same moment: its row wins, and
+            # this beat's history is dropped with it (the agent's next beat is judged normally).
+            inserted = set(
+                (
+                    await conn.execute(
+                        pg_insert(Agent)
+                        .values(inserts)
+                        .on_conflict_do_nothing(index_elements=[Agent.id])
+                        .returning(Agent.id)
+                    )
+                ).scalars()
+            )
+            lost = {i["id"] for i in inserts} - inserted
+            if lost:
+                history = [h for h in history if h["agent_id"] not in lost]
+                out.events = [e for e in out.events if e.agent_id not in lost]
+                out.ready = [a for a in out.ready if a not in lost]
+        if updates:
+            await _update_rows(conn, updates)
+        if history:
+            await conn.execute(insert(AgentHistory), history)
+        refused = {a: n for a, n in replays.items() if a in rows or a in out.refreshed}
+        if refused:
+            await conn.execute(
+                update(Agent)
+                .where(Agent.id == bindparam("b_id"))
+                .values(rejected_beats=Agent.rejected_beats + bindparam("b_n"))
+                .execution_options(synchronize_session=False),
+                [{"b_id": a, "b_n": n} for a, n in refused.items()],
+            )
+    out.replayed = sum(replays.values())
+    if out.replayed:
+        HEARTBEATS_REPLAYED.inc(out.replayed)
+        log.warning("agent.heartbeats_replayed", beats=out.replayed, agents=sorted(replays))
+    return out
+
+
+async def _update_rows(conn: Any, updates: list[dict[str, Any]]) -> None:
+    """One executemany per shape: beats that moved an agent also write its status time and reason."""
+    for moved in (False, True):
+        batch = [u for u in updates if u["b_moved"] is moved]
+        if not batch:
+            continue
+        keys = [k for k in batch[0] if not k.startswith("b_")]
+        values: dict[str, Any] = {k: bindparam(f"v_{k}") for k in keys}
+        if moved:
+            values["status_changed_at"] = bindparam("b_changed")
+        params = [
+            {
+                "b_id": u["b_id"],
+                **({"b_changed": u["b_changed"]} if moved else {}),
+                **{f"v_{k}": u[k] for k in keys},
+            }
+            for u in batch
+        ]
+        await conn.execute(
+            update(Agent)
+            .where(Agent.id == bindparam("b_id"))
+            .values(**values)
+            .execution_options(synchronize_session=False),
+            params,
+        )

@@ -12,12 +12,12 @@ from sokovan.orchestrator.deployment.handler import DeploymentHandler
 from sokovan.orchestrator.deployment.kind import deployment_kind
 from sokovan.orchestrator.locks import CycleLock
 from sokovan.orchestrator.spine.coordinator import Coordinator
-from sokovan.orchestrator.spine.outcome import Info, OutcomeChange
+from sokovan.orchestrator.spine.outcome import OutcomeChange, OutcomeResult
 from sokovan.state.serving_reads import DeploymentRow
 
 
 class DeploymentCoordinator(
-    Coordinator[DeploymentHandler, DeploymentRow, OutcomeChange[DeploymentRow], Info]
+    Coordinator[DeploymentHandler, DeploymentRow, OutcomeChange[DeploymentRow], OutcomeResult]
 ):
     def __init__(
         self,

@@ -23,6 +23,7 @@ from sokovan.db.models import Agent, Kernel, Session
 from sokovan.state.kernel_writes import KernelTransition, apply_kernel_transitions
 
 log = structlog.get_logger(__name__)
+_REPORTING = sorted(s.value for s in AgentStatus.reporting())
 
 
 # Kernels an agent's latest heartbeat still reports running although they ended (or never existed)
@@ -32,7 +33,7 @@ _ORPHANS = text(
     SELECT a.id AS agent_id, a.rpc_addr, r.kid
     FROM agents a CROSS JOIN LATERAL jsonb_array_elements_text(a.running_kernels) AS r(kid)
     LEFT JOIN kernels k ON CAST(k.id AS text) = r.kid
-    WHERE a.status = :ready
+    WHERE a.status = ANY(CAST(:reporting AS text[]))
       AND (k.id IS NULL OR (k.status = ANY(CAST(:ended AS text[])) AND k.terminated_at < a.last_heartbeat_at))
     """
 )
@@ -50,7 +51,7 @@ class LeakRepair:
     async def _destroy_orphans(self) -> None:
         ended = [s.value for s in KernelStatus.terminal()]
         async with self._engine.connect() as conn:
-            rows = (await conn.execute(_ORPHANS, {"ready": AgentStatus.READY.value, "ended": ended})).all()
+            rows = (await conn.execute(_ORPHANS, {"reporting": _REPORTING, "ended": ended})).all()
         per_agent: dict[tuple[str, str], list[str]] = defaultdict(list)
         for r in rows:
             per_agent[(r.agent_id, r.rpc_addr)].append(r.kid)

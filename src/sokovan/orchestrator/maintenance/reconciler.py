@@ -21,6 +21,7 @@ from sokovan.common.rpc import AgentRPCClient, ReconcileItem
 from sokovan.common.types import AgentStatus, KernelStatus
 
 log = structlog.get_logger(__name__)
+_REPORTING = sorted(s.value for s in AgentStatus.reporting())
 
 # The phase an agent is asked about, per kernel status a suspect can be in.
 _PHASE: dict[KernelStatus, Literal["pull", "run", "terminate"]] = {
@@ -40,7 +41,7 @@ _SUSPECTS = text(
     FROM kernels k
     JOIN agents a ON a.id = k.agent_id
     JOIN sessions s ON s.id = k.session_id
-    WHERE a.status = :ready AND (
+    WHERE a.status = ANY(CAST(:reporting AS text[])) AND (
         (k.status = ANY(CAST(:awaiting AS text[])) AND k.status_changed_at < :before)
         OR (k.status = :running AND k.status_changed_at < :before
             AND a.last_heartbeat_at > k.status_changed_at + make_interval(secs => :grace)
@@ -66,7 +67,7 @@ class KernelReconciler:
                 await conn.execute(
                     _SUSPECTS,
                     {
-                        "ready": AgentStatus.READY.value,
+                        "reporting": _REPORTING,
                         "awaiting": _AWAITING_EVENT,
                         "running": KernelStatus.RUNNING.value,
                         "before": before,

@@ -1,7 +1,7 @@
 """Placement, pure over a snapshot: validators + type hooks → sequencer → filter + selector → plan.
 
 Every rejection is data: an agent that cannot take a session says why, and the reasons are
-summed into the session's pending_reason ("0/3 agents fit: 2 insufficient cpu, 1 not READY").
+summed into the session's pending_reason ("0/3 agents fit: 2 insufficient cpu, 1 not READY (DRAINING)").
 All validators run, so every violated limit is reported at once.
 
 Queue policy: with `block`, the first session that no agent has room for holds its place and
@@ -25,6 +25,7 @@ from sokovan.orchestrator.provisioner.reasons import (
     agents_fit,
     insufficient,
     multi_node_needs,
+    not_ready,
     queued_behind,
 )
 from sokovan.orchestrator.provisioner.snapshot import AgentSnapshot, Placement, Plan, ScalingGroupSnapshot
@@ -35,7 +36,7 @@ from sokovan.state.session_reads import SessionWithKernels
 def why_not(agent: AgentSnapshot, image: str, slots: ResourceSlots, kernels: int) -> str | None:
     """None when `agent` can take `kernels` kernels needing `slots` in all, else the reason."""
     if agent.status != AgentStatus.READY:
-        return AgentRefusal.NOT_READY
+        return not_ready(agent.status)
     if not agent.schedulable:
         return AgentRefusal.UNSCHEDULABLE
     if image not in agent.images:

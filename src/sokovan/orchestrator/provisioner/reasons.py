@@ -31,6 +31,7 @@ __all__ = [
     "filled_up",
     "insufficient",
     "multi_node_needs",
+    "not_ready",
     "over_pending_limit",
     "queued_behind",
     "quota_exceeded",
@@ -52,6 +53,11 @@ class AgentRefusal(enum.StrEnum):
     UNSCHEDULABLE = "not schedulable"
     IMAGE_NOT_OFFERED = "image not offered"
     AT_KERNEL_LIMIT = "at kernel limit"
+
+
+def not_ready(status: str) -> str:
+    """The agent is in another lifecycle status than READY, named (e.g. `not READY (DRAINING)`)."""
+    return f"{AgentRefusal.NOT_READY.value} ({status})"
 
 
 def insufficient(slot: str) -> str:

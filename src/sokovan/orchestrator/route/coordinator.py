@@ -12,11 +12,11 @@ from sokovan.orchestrator.locks import CycleLock
 from sokovan.orchestrator.route.handler import RouteHandler
 from sokovan.orchestrator.route.kind import route_kind
 from sokovan.orchestrator.spine.coordinator import Coordinator
-from sokovan.orchestrator.spine.outcome import Info, OutcomeChange
+from sokovan.orchestrator.spine.outcome import OutcomeChange, OutcomeResult
 from sokovan.state.serving_reads import RouteRow
 
 
-class RouteCoordinator(Coordinator[RouteHandler, RouteRow, OutcomeChange[RouteRow], Info]):
+class RouteCoordinator(Coordinator[RouteHandler, RouteRow, OutcomeChange[RouteRow], OutcomeResult]):
     def __init__(
         self,
         engine: AsyncEngine,

@@ -22,13 +22,14 @@ from sokovan.orchestrator.locks import CycleLock
 from sokovan.orchestrator.schedule.handler import SessionHandler
 from sokovan.orchestrator.schedule.sessions_kind import SessionKind
 from sokovan.orchestrator.spine.coordinator import Coordinator
+from sokovan.orchestrator.spine.result import HandlerResult
 from sokovan.state.session_reads import SessionWithKernels
 from sokovan.state.session_writes import SessionTransition
 from sokovan.state.status_info import SessionStatusInfo
 
 
 class ScheduleCoordinator(
-    Coordinator[SessionHandler, SessionWithKernels, SessionTransition, SessionStatusInfo]
+    Coordinator[SessionHandler, SessionWithKernels, SessionTransition, HandlerResult[SessionStatusInfo]]
 ):
     def __init__(
         self,

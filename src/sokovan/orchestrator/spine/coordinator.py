@@ -11,7 +11,6 @@ statuses, its result kinds, its writes) is an `EntityKind`; the loop around it i
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,19 +22,21 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
 from sokovan.common.metrics import HANDLER_RUNS
 from sokovan.orchestrator.locks import CycleLock, run_exclusive
-from sokovan.orchestrator.spine.result import HandlerResult
 
 log = structlog.get_logger(__name__)
 
 RowT = TypeVar("RowT")
 ChangeT = TypeVar("ChangeT")
-InfoT = TypeVar("InfoT")
+ResultT = TypeVar("ResultT")
+ResultT_co = TypeVar("ResultT_co", covariant=True)
+ResultT_contra = TypeVar("ResultT_contra", contravariant=True)
 RowT_contra = TypeVar("RowT_contra", contravariant=True)
 HandlerT_contra = TypeVar("HandlerT_contra", contravariant=True)
 
 
-class Handler(Protocol[RowT_contra, InfoT]):
-    """Does the work of one stage for the rows in its target statuses and reports outcomes."""
+class Handler(Protocol[RowT_contra, ResultT_co]):
+    """Does the work of one stage for the rows in its target statuses and reports outcomes
+    (a `HandlerResult`, or what the entity's kind judges instead)."""
 
     @property
     def name(self) -> str: ...
@@ -44,7 +45,7 @@ class Handler(Protocol[RowT_contra, InfoT]):
     def always_runs(self) -> bool:
         """Run even when no row is in the handler's statuses (e.g. to publish an empty table)."""
 
-    async def execute(self, rows: Sequence[RowT_contra]) -> HandlerResult[InfoT]: ...
+    async def execute(self, rows: Sequence[RowT_contra]) -> ResultT_co: ...
 
 
 HandlerT = TypeVar("HandlerT", bound=Handler[Any, Any])
@@ -55,14 +56,14 @@ class Applied:
     """What one write did: the entities whose status changed (from → to, as values), the events
     users see, and whether anything else moved (e.g. a session's kernels)."""
 
-    moved: dict[uuid.UUID, tuple[str, str]] = field(default_factory=dict)
+    moved: dict[Any, tuple[str, str]] = field(default_factory=dict)  # entity id → (from, to)
     events: list[UserEvent] = field(default_factory=list)
     changed: bool = False
     # Other coordinators whose business the moves were (by hint name), woken after the write.
     wake: frozenset[str] = frozenset()
 
 
-class EntityKind(Protocol[HandlerT_contra, RowT, ChangeT, InfoT]):
+class EntityKind(Protocol[HandlerT_contra, RowT, ChangeT, ResultT_contra]):
     """What a coordinator needs to know about one kind of entity."""
 
     @property
@@ -73,7 +74,7 @@ class EntityKind(Protocol[HandlerT_contra, RowT, ChangeT, InfoT]):
         """The rows `handler` works on this cycle (its target statuses, and any it must expire)."""
 
     def judge(
-        self, handler: HandlerT_contra, result: HandlerResult[InfoT], rows: Sequence[RowT], now: dt.datetime
+        self, handler: HandlerT_contra, result: ResultT_contra, rows: Sequence[RowT], now: dt.datetime
     ) -> list[ChangeT]:
         """Turn what the handler reported into guarded transitions through its table."""
 
@@ -87,11 +88,11 @@ class EntityKind(Protocol[HandlerT_contra, RowT, ChangeT, InfoT]):
         """Count one status change of this entity."""
 
 
-class Coordinator(Generic[HandlerT, RowT, ChangeT, InfoT]):
+class Coordinator(Generic[HandlerT, RowT, ChangeT, ResultT]):
     def __init__(
         self,
         name: str,
-        kind: EntityKind[HandlerT, RowT, ChangeT, InfoT],
+        kind: EntityKind[HandlerT, RowT, ChangeT, ResultT],
         engine: AsyncEngine,
         lanes: Mapping[str, Sequence[HandlerT]],
         lock: CycleLock | None = None,
@@ -130,7 +131,7 @@ class Coordinator(Generic[HandlerT, RowT, ChangeT, InfoT]):
             rows = await self.kind.load(conn, handler, now)
         if not rows and not handler.always_runs:
             return False
-        result: HandlerResult[InfoT] = await handler.execute(rows)
+        result: ResultT = await handler.execute(rows)
         return await self.apply(self.kind.judge(handler, result, rows, now))
 
     async def apply(self, changes: Sequence[ChangeT]) -> bool:

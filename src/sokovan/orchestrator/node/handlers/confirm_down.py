@@ -1,0 +1,81 @@
+"""DEGRADED → DOWN: an agent silent for longer than `heartbeat_timeout` plus its class's grace
+period. Its kernels end with AGENT_TRANSIENT in the same write (so native retry places their
+sessions elsewhere). Held while its scaling group is in a mass silence (`mass_silence`); the hold
+raises an `agents.mass_silence` event and the `sokovan_agents_mass_silence*` metrics, and its end
+another event."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+import structlog
+
+from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
+from sokovan.common.metrics import MASS_SILENCE, MASS_SILENCE_HOLDS
+from sokovan.config.cluster import ClusterConfig
+from sokovan.orchestrator.node.backlog import Backlog
+from sokovan.orchestrator.node.handler import A, AgentRow, NodeHandler, NodeResult, Verdict, silence
+from sokovan.orchestrator.node.mass_silence import MONITORED, GroupSilence, group_silence
+
+log = structlog.get_logger(__name__)
+
+
+class ConfirmDown(NodeHandler):
+    targets = frozenset({A.DEGRADED})
+    reads = MONITORED  # the whole group: to tell a mass silence
+    moves_to = A.DOWN
+    always_runs = True  # a hold ends when reports resume, with no DEGRADED agent left
+
+    def __init__(self, config: ClusterConfig, backlog: Backlog, events: UserEventPublisher | None) -> None:
+        self._config = config
+        self._backlog = backlog
+        self._events = events
+        self._held: set[str] = set()
+
+    async def execute(self, rows: Sequence[AgentRow]) -> NodeResult:
+        result = NodeResult()
+        if await self._backlog.lagging():
+            return result
+        settings = self._config.node_lifecycle
+        now = dt.datetime.now(dt.UTC)
+        groups = group_silence(rows, now, settings.heartbeat_timeout)
+        await self._track_holds(groups)
+        for row in rows:
+            if row.status != A.DEGRADED:
+                continue
+            quiet = silence(row, now)
+            grace = settings.grace_period.of(row.agent_class)
+            if quiet <= settings.heartbeat_timeout + grace:
+                continue
+            if row.scaling_group in self._held:
+                group = groups[row.scaling_group]
+                result.held[row.id] = f"mass silence: {group.silent}/{group.agents} agents"
+                continue
+            result.moves[row.id] = Verdict(f"no heartbeat for {quiet:.1f}s (grace {grace:g}s ran out)")
+        if result.held:
+            log.warning("agents.down_held", agents=len(result.held), groups=sorted(self._held))
+        return result
+
+    async def _track_holds(self, groups: dict[str, GroupSilence]) -> None:
+        held = {name for name, group in groups.items() if group.held}
+        events = []
+        for name in sorted(held - self._held):
+            group = groups[name]
+            MASS_SILENCE_HOLDS.labels(scaling_group=name).inc()
+            log.error("agents.mass_silence", scaling_group=name, silent=group.silent, agents=group.agents)
+            events.append(_event(name, True, group))
+        for name in sorted(self._held - held):
+            log.warning("agents.mass_silence_over", scaling_group=name)
+            events.append(_event(name, False, groups.get(name)))
+        for name in held | self._held:
+            MASS_SILENCE.labels(scaling_group=name).set(1 if name in held else 0)
+        self._held = held
+        await publish(self._events, events)
+
+
+def _event(scaling_group: str, held: bool, group: GroupSilence | None) -> UserEvent:
+    detail: dict[str, object] = {"scaling_group": scaling_group, "held": held}
+    if group is not None:
+        detail.update(silent=group.silent, agents=group.agents)
+    return UserEvent(name="agents.mass_silence", detail=detail)

@@ -1,0 +1,32 @@
+"""READY → DEGRADED: an agent silent for longer than `heartbeat_timeout` takes no new kernels;
+its running ones are left alone (a heartbeat within the grace brings it back to READY)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+from sokovan.config.cluster import ClusterConfig
+from sokovan.orchestrator.node.backlog import Backlog
+from sokovan.orchestrator.node.handler import A, AgentRow, NodeHandler, NodeResult, Verdict, silence
+
+
+class DetectSilence(NodeHandler):
+    targets = frozenset({A.READY})
+    moves_to = A.DEGRADED
+
+    def __init__(self, config: ClusterConfig, backlog: Backlog) -> None:
+        self._config = config
+        self._backlog = backlog
+
+    async def execute(self, rows: Sequence[AgentRow]) -> NodeResult:
+        result = NodeResult()
+        if await self._backlog.lagging():
+            return result
+        timeout = self._config.node_lifecycle.heartbeat_timeout
+        now = dt.datetime.now(dt.UTC)
+        for row in rows:
+            quiet = silence(row, now)
+            if quiet > timeout:  # strictly longer than the timeout
+                result.moves[row.id] = Verdict(f"no heartbeat for {quiet:.1f}s (timeout {timeout:g}s)")
+        return result

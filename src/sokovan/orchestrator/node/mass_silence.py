@@ -1,0 +1,45 @@
+"""Correlated silence: when more than half of a scaling group's agents fell silent within one
+`heartbeat_timeout` of each other, the manager (its network, its Redis) is the likelier culprit
+than the fleet, so no agent of that group is declared DOWN until reports resume (Kubernetes'
+unhealthy-zone rule does the same). A single silent agent is never a mass silence: one node of a
+one-node group that dies still goes DOWN.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sokovan.orchestrator.node.handler import A, AgentRow, silence
+
+# Agents expected to beat: their silence counts (BOOTING, DOWN, FAILED and UNKNOWN ones do not).
+MONITORED = frozenset({A.READY, A.DEGRADED, A.DRAINING, A.DRAINED})
+
+
+@dataclass(frozen=True)
+class GroupSilence:
+    scaling_group: str
+    agents: int  # monitored agents of the group
+    silent: int  # of them, silent for longer than the timeout, within one timeout of each other
+
+    @property
+    def held(self) -> bool:
+        return self.silent >= 2 and 2 * self.silent > self.agents
+
+
+def group_silence(agents: Sequence[AgentRow], now: dt.datetime, timeout: float) -> dict[str, GroupSilence]:
+    groups: dict[str, list[AgentRow]] = defaultdict(list)
+    for agent in agents:
+        if agent.status in MONITORED:
+            groups[agent.scaling_group].append(agent)
+    out = {}
+    for name, members in groups.items():
+        quiet = [a for a in members if silence(a, now) > timeout]
+        together = 0
+        if quiet:
+            newest = min(silence(a, now) for a in quiet)  # the one that fell silent last
+            together = sum(1 for a in quiet if silence(a, now) - newest <= timeout)
+        out[name] = GroupSilence(name, len(members), together)
+    return out
