@@ -14,6 +14,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("sokovan.cli.agent_cmd", "agent"),
     ("sokovan.cli.session_cmd", "session"),
     ("sokovan.cli.deployment_cmd", "deployment"),
+    ("sokovan.cli.node_cmd", "node"),
     ("sokovan.cli.admin_cmd", "admin"),
     ("sokovan.cli.config_cmd", "config"),
     ("sokovan.cli.proxy_cmd", "proxy"),
