@@ -247,7 +247,8 @@ async def test_actions_hint_the_scheduler_and_publish_agent_events(api: Api, ctx
         seen: list[tuple[str, Any]] = []
         async with asyncio.timeout(5):
             while not (
-                {"schedule"} <= {d for c, d in seen if c == "hints"} and any(c == "events" for c, _ in seen)
+                {"schedule", "node"} <= {d for c, d in seen if c == "hints"}
+                and any(c == "events" for c, _ in seen)
             ):
                 msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                 if msg is not None:

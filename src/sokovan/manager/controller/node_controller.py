@@ -9,7 +9,8 @@ elsewhere), and an audit row. A step that leaves the status as it is (an urgent 
 DRAINING agent, a disable of a DOWN one) is a guarded update of its own, with its history row.
 When the agent moved between the read and the write, the action is planned once more from what
 is there now, then refused. After commit the events go out and the schedule coordinator is
-hinted: pending sessions re-evaluate against the changed fleet.
+hinted (pending sessions re-evaluate against the changed fleet), after a drain the node lanes too
+(an agent with nothing left on it is DRAINED at once).
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ class NodeController:
                 events = await self._attempt(conn, principal, agent_id, request)
             if events is not None:
                 await publish(self._events, events)
-                await self._hint()
+                # Pending sessions re-evaluate against the changed fleet; a drained agent's node
+                # lane sees at once whether anything is left on it.
+                await self._hint(Hint.SCHEDULE, *([Hint.NODE] if request.action == NodeAction.DRAIN else []))
                 return
         async with self._ctx.engine.connect() as conn:
             status = await _status(conn, agent_id)
@@ -129,11 +132,12 @@ class NodeController:
         await audit(conn, actor, f"agent.{request.action.value}", agent_id, detail)
         return events
 
-    async def _hint(self) -> None:
-        try:
-            await self._ctx.hints.hint(Hint.SCHEDULE)
-        except Exception:  # a lost hint costs one long-cycle interval, never the request
-            log.warning("could not publish the schedule hint", exc_info=True)
+    async def _hint(self, *hints: Hint) -> None:
+        for hint in hints:
+            try:
+                await self._ctx.hints.hint(hint)
+            except Exception:  # a lost hint costs one long-cycle interval, never the request
+                log.warning("could not publish a hint", hint=hint.value, exc_info=True)
 
 
 async def _status(conn: AsyncConnection, agent_id: str) -> AgentStatus:
