@@ -45,6 +45,15 @@ def test_every_class_the_architecture_names_exists() -> None:
         "SCHEDULER_TIMEOUT",
         "RUNNING",
         "PREPARED",
+        # agent statuses
+        "UNKNOWN",
+        "BOOTING",
+        "READY",
+        "DEGRADED",
+        "DOWN",
+        "DRAINING",
+        "DRAINED",
+        "FAILED",
     }
     missing = sorted(named - _defined_names())
     assert not missing, f"docs/architecture.md names classes that do not exist: {missing}"
