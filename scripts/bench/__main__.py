@@ -4,10 +4,12 @@ Sizes come from the environment: BENCH_AGENTS (1000), BENCH_SESSIONS (10000), BE
 (64), BENCH_STEADY_RATE (200), BENCH_STEADY_SECONDS (15), BENCH_MANAGER_WORKERS (2: one manager
 process per core), BENCH_REPEAT (3 rounds, each on a fresh cluster; medians are reported),
 BENCH_CYCLE (1: also time single cycles), BENCH_DEPLOYMENTS (200; 0 skips the deployments phase),
-BENCH_REPLICAS (5 per deployment). Prints one JSON document and writes it to .dev/bench/result.json.
+BENCH_REPLICAS (5 per deployment), BENCH_NODE_FAILURE (100 of the agents killed at once after the
+burst; 0 skips the node-failure phase). Prints one JSON document and writes it to .dev/bench/result.json.
 
 Each round: a steady run, then (on the emptied cluster, with an app proxy) the deployments phase of
-scripts/bench/deployments.py, then the burst.
+scripts/bench/deployments.py, then the burst, then (with every burst session RUNNING) the
+node-failure phase of scripts/bench/node_failure.py.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from scripts.bench.cluster import ROOT, BenchCluster, dump, fresh_database, serv
 from scripts.bench.cycle import cycle_cost
 from scripts.bench.deployments import HEALTH, deployments_phase
 from scripts.bench.load import burst, hold_agents, milestones, steady, wait_until
+from scripts.bench.node_failure import RETRY_DEFAULT, TIMINGS, node_failure_phase
 
 
 def env_int(name: str, default: int) -> int:
@@ -39,10 +42,11 @@ async def one_round(
     workers: int,
     deployments: tuple[int, int],
     number: int,
+    doomed: int,
 ) -> dict[str, Any]:
     """A fresh database, manager and fleet; a steady run, the deployments phase, then a burst."""
     out: dict[str, Any] = {}
-    cluster = BenchCluster(agents, slots="cpu=16,mem=64g", workers=workers)
+    cluster = BenchCluster(agents, slots="cpu=16,mem=64g", workers=workers, doomed=doomed)
     try:
         await cluster.start()
         assert cluster.engine is not None
@@ -72,6 +76,8 @@ async def one_round(
             running_per_s=m["running_per_s"],
             all_running_after_release_s=m["all_running_after_s"],
         )
+        if cluster.doomed is not None:
+            out.update(await node_failure_phase(cluster.engine, cluster.doomed))
     finally:
         await cluster.stop()
     return out
@@ -86,6 +92,7 @@ async def main() -> dict[str, Any]:
     workers = env_int("BENCH_MANAGER_WORKERS", 2)
     repeat = env_int("BENCH_REPEAT", 3)
     deployments = (env_int("BENCH_DEPLOYMENTS", 200), env_int("BENCH_REPLICAS", 5))
+    doomed = env_int("BENCH_NODE_FAILURE", 100)
     result: dict[str, Any] = {
         "machine": {
             "cpus": os.cpu_count(),
@@ -99,9 +106,10 @@ async def main() -> dict[str, Any]:
         "manager_workers": workers,
         "rounds": repeat,
         "deployments": {"count": deployments[0], "replicas": deployments[1], "health_check": HEALTH},
+        "node_failure": {"killed_agents": doomed, "timings": TIMINGS, "retry_default": RETRY_DEFAULT},
     }
     rounds = [
-        await one_round(agents, sessions, concurrency, rate, steady_s, workers, deployments, n)
+        await one_round(agents, sessions, concurrency, rate, steady_s, workers, deployments, n, doomed)
         for n in range(repeat)
     ]
     result["median"] = {k: round(statistics.median(r[k] for r in rounds), 1) for k in rounds[0]}

@@ -14,8 +14,9 @@ from pathlib import Path
 import redis.asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from scripts.bench.node_failure import DOOMED_PREFIX, configure
 from sokovan.bus.hints import Hint, HintPublisher
-from sokovan.harness import HarnessError, LocalCluster, free_port, prepare_database, read_env_file
+from sokovan.harness import AgentProc, HarnessError, LocalCluster, free_port, prepare_database, read_env_file
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DB_URL = "postgresql+asyncpg://postgres@127.0.0.1/postgres"
@@ -34,9 +35,14 @@ async def fresh_database(server_url: str, name: str) -> str:
 
 
 class BenchCluster:
-    def __init__(self, agents: int, slots: str, workers: int = 2) -> None:
+    """`agents` hollow agents in all; with `doomed`, that many of them in a fleet process of their
+    own (ids `b-doomed-NNNN`) that the node-failure phase kills."""
+
+    def __init__(self, agents: int, slots: str, workers: int = 2, doomed: int = 0) -> None:
         self.agents = agents
         self.slots = slots
+        self.doomed_count = doomed
+        self.doomed: AgentProc | None = None
         base = service_env()
         run = secrets.token_hex(4)
         server = base.get("SOKOVAN_DB_URL", DEFAULT_DB_URL)
@@ -64,8 +70,14 @@ class BenchCluster:
         await prepare_database(url, fresh=True)
         self.engine = create_async_engine(url, pool_size=4)
         self.token = await asyncio.to_thread(self.cluster.bootstrap)
+        await configure(self.env)
         self.cluster.start_manager(wait=False)
-        self.cluster.start_agent("bench", self.slots, simulate=self.agents, rpc_port=free_port())
+        rest = self.agents - self.doomed_count
+        self.cluster.start_agent("bench", self.slots, simulate=rest, rpc_port=free_port())
+        if self.doomed_count:
+            self.doomed = self.cluster.start_agent(
+                DOOMED_PREFIX, self.slots, simulate=self.doomed_count, rpc_port=free_port()
+            )
         try:
             await self.cluster.wait_ready(self.agents, within=120)
         except HarnessError as exc:
