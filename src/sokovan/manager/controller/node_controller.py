@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.bus.hints import Hint
 from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
+from sokovan.common.metrics import AGENT_DRAINS
 from sokovan.common.types import AgentStatus, FailureCause, KernelStatus, SchedulingResult, SessionStatus
 from sokovan.db.models import Agent, AgentHistory, Kernel, Session
 from sokovan.manager.context import ManagerContext
@@ -76,6 +77,8 @@ class NodeController:
             async with self._ctx.engine.begin() as conn:
                 events = await self._attempt(conn, principal, agent_id, request)
             if events is not None:
+                if request.action == NodeAction.DRAIN:
+                    AGENT_DRAINS.labels(urgent=str(request.urgent).lower()).inc()
                 await publish(self._events, events)
                 # Pending sessions re-evaluate against the changed fleet; a drained agent's node
                 # lane sees at once whether anything is left on it.
