@@ -120,3 +120,76 @@ def set_(
         body.update(changes)
         _, stored = client.request("PUT", PATH, body=body)
     _dump(stored)
+
+
+NODE_PATH = "/v2/config/node-lifecycle"
+
+
+@config.group(name="node-lifecycle")
+def node_lifecycle() -> None:
+    """Heartbeat timings: interval, timeout, grace per agent class, boot timeout (seconds)."""
+
+
+@node_lifecycle.command(name="get")
+@api_options
+def node_get(api_url: str | None, token: str | None, config: str | None) -> None:
+    """Print the node timings in force, as JSON."""
+    client = _client(api_url, token, config)
+    with _api_errors():
+        _dump(client.get(NODE_PATH))
+
+
+@node_lifecycle.command(name="set")
+@click.argument("timings_json", required=False)
+@click.option("--heartbeat-interval", type=float, default=None, help="Seconds between an agent's beats.")
+@click.option("--heartbeat-timeout", type=float, default=None, help="Silence before an agent is DEGRADED.")
+@click.option(
+    "--grace",
+    "graces",
+    multiple=True,
+    metavar="CLASS=SECONDS",
+    help="Grace before a DEGRADED agent of CLASS (standard, sensitive, borrowed) is DOWN; repeatable.",
+)
+@click.option("--boot-timeout", type=float, default=None, help="Seconds an agent may stay BOOTING.")
+@api_options
+def node_set(
+    timings_json: str | None,
+    heartbeat_interval: float | None,
+    heartbeat_timeout: float | None,
+    graces: tuple[str, ...],
+    boot_timeout: float | None,
+    api_url: str | None,
+    token: str | None,
+    config: str | None,
+) -> None:
+    """Replace the node timings (admin): TIMINGS_JSON whole, or the options over the value in force.
+    The server validates them (the timeout must be longer than the interval); nothing is written
+    when they are invalid."""
+    changes: dict[str, Any] = {
+        k: v
+        for k, v in (
+            ("heartbeat_interval", heartbeat_interval),
+            ("heartbeat_timeout", heartbeat_timeout),
+            ("boot_timeout", boot_timeout),
+        )
+        if v is not None
+    }
+    grace: dict[str, float] = {}
+    for item in graces:
+        name, sep, seconds = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError(item)
+            grace[name.strip()] = float(seconds)
+        except ValueError:
+            raise click.BadParameter(f"expected CLASS=SECONDS, got {item!r}", param_hint="--grace") from None
+    if timings_json is None and not changes and not grace:
+        raise click.UsageError("give a TIMINGS_JSON object or at least one option")
+    client = _client(api_url, token, config)
+    with _api_errors():
+        body = _parse_json(timings_json) if timings_json is not None else client.get(NODE_PATH)
+        body.update(changes)
+        if grace:
+            body["grace_period"] = {**body.get("grace_period", {}), **grace}
+        _, stored = client.request("PUT", NODE_PATH, body=body)
+    _dump(stored)

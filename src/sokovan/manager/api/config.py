@@ -1,4 +1,5 @@
-"""`/v2/config/retry-policy-default`: the cluster retry default, kept in etcd.
+"""`/v2/config/retry-policy-default` (the cluster retry default) and `/v2/config/node-lifecycle`
+(heartbeat timings, seed 002), kept in etcd.
 
 The value lives at `<prefix>/config/manager/retry_policy_default` as a bare RetryPolicy JSON
 object. Any authenticated user may read the value in force; an admin replaces it whole (fields
@@ -20,7 +21,13 @@ import structlog
 from aiohttp import web
 
 from sokovan.common.retry_policy import RetryPolicy
-from sokovan.config.cluster import RETRY_POLICY_DEFAULT, ClusterConfig, EtcdConfigWatcher
+from sokovan.config.cluster import (
+    NODE_LIFECYCLE,
+    RETRY_POLICY_DEFAULT,
+    ClusterConfig,
+    EtcdConfigWatcher,
+    NodeLifecycleSettings,
+)
 from sokovan.manager.api.auth import CTX_KEY, principal_of, require_admin
 from sokovan.manager.api.common import json_response
 from sokovan.manager.api.openapi import Route
@@ -87,6 +94,31 @@ async def put_retry_policy_default(request: web.Request) -> web.Response:
     return json_response(request.app[CLUSTER_CONFIG_KEY].retry_policy_default)
 
 
+async def get_node_lifecycle(request: web.Request) -> web.Response:
+    principal_of(request)
+    return json_response(request.app[CLUSTER_CONFIG_KEY].node_lifecycle)
+
+
+async def put_node_lifecycle(request: web.Request) -> web.Response:
+    """Replace the node timings whole (omitted fields take their defaults), validated first."""
+    admin = require_admin(request)
+    timings = await parse_body(request, NodeLifecycleSettings)
+    ctx = request.app[CTX_KEY]
+    raw = timings.model_dump_json().encode()
+    key = etcd_key(ctx.settings.etcd_prefix, NODE_LIFECYCLE)
+    await ctx.etcd.put(key.encode(), raw)
+    request.app[CLUSTER_CONFIG_KEY].apply(NODE_LIFECYCLE, raw)
+    async with ctx.engine.begin() as conn:
+        await admin_repo.audit(
+            conn,
+            admin.access_key,
+            "node_lifecycle.put",
+            key,
+            {"node_lifecycle": timings.model_dump(mode="json")},
+        )
+    return json_response(request.app[CLUSTER_CONFIG_KEY].node_lifecycle)
+
+
 ROUTES = [
     Route(
         "GET",
@@ -103,6 +135,23 @@ ROUTES = [
         "validated, then written to etcd, where every manager picks it up without a restart",
         {200: RetryPolicy},
         request=RetryPolicy,
+        admin=True,
+    ),
+    Route(
+        "GET",
+        "/v2/config/node-lifecycle",
+        get_node_lifecycle,
+        "The node heartbeat timings in force (etcd `<prefix>/config/manager/node_lifecycle`)",
+        {200: NodeLifecycleSettings},
+    ),
+    Route(
+        "PUT",
+        "/v2/config/node-lifecycle",
+        put_node_lifecycle,
+        "Replace the node heartbeat timings whole (omitted fields take their defaults); validated "
+        "(the timeout must be longer than the interval), then written to etcd and applied live",
+        {200: NodeLifecycleSettings},
+        request=NodeLifecycleSettings,
         admin=True,
     ),
 ]
