@@ -1,4 +1,4 @@
-"""`sokovan agent` as a real process: start-up checks, registration, SIGTERM."""
+"""`sokovan agent` as a real process: start-up checks, registration, SIGINT."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from sokovan.common.events import AgentHeartbeat, KernelRunning, KernelTerminated
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.settings import Settings
+from tests.agent.agent_procs import stop_agent
 from tests.agent.conftest import AgentEvents, spec
 
 SOKOVAN = str(Path(sys.executable).parent / "sokovan")
@@ -39,21 +40,23 @@ def run_cli_with_config(
 
 @asynccontextmanager
 async def agent_process(
-    args: list[str], env: dict[str, str], settings: Settings
+    args: list[str], env: dict[str, str], settings: Settings, log: Path | None = None
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, AgentRPCClient]]:
-    """`sokovan agent <args>` (its output discarded) and an RPC client; when the block ends the
-    client is closed and the process killed if it still runs."""
-    proc = await asyncio.create_subprocess_exec(
-        SOKOVAN, "agent", *args, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
-    )
+    """`sokovan agent <args>` (its output to `log`, or discarded) and an RPC client; when the block
+    ends the client is closed and the process, if it still runs, stopped with SIGINT (its kernels
+    are destroyed)."""
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if log else asyncio.subprocess.DEVNULL
+    try:
+        proc = await asyncio.create_subprocess_exec(SOKOVAN, "agent", *args, env=env, stdout=out, stderr=out)
+    finally:
+        if log:
+            os.close(out)
     client = AgentRPCClient(settings.cluster_secret or "")
     try:
         yield proc, client
     finally:
         await client.close()
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await stop_agent(proc)
 
 
 def test_refuses_to_start_without_cluster_secret(service_env: dict[str, str]) -> None:
@@ -86,7 +89,7 @@ def test_refuses_bad_options(
     assert "Traceback" not in result.stderr
 
 
-async def test_agent_process_registers_serves_and_stops_on_sigterm(
+async def test_agent_process_registers_serves_and_stops_on_sigint(
     service_env: dict[str, str], settings: Settings, redis: aioredis.Redis, tmp_path: Path
 ) -> None:
     agent_id = f"cli-{uuid.uuid4().hex[:8]}"
@@ -114,7 +117,7 @@ async def test_agent_process_registers_serves_and_stops_on_sigterm(
         assert f"SOKOVAN_KERNEL_ID={dump.kernel_id}" in output
         assert "SOKOVAN_CLUSTER_SECRET" not in output  # the agent's own environment stays out
 
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGINT)
         assert await asyncio.wait_for(proc.wait(), 30) == 0
 
     await events.wait_for(lambda e: e.name == "agent.stopping")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import uuid
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from sokovan.agent.outbox import EVENT_NAMES, EventDropper, parse_event_names
 from sokovan.common.events import AgentEvent, KernelRunning, KernelTerminated
 from sokovan.common.rpc import AgentRPCClient, KernelSpec, ReconcileItem
 from sokovan.common.settings import Settings
+from tests.agent.agent_procs import stop_agent
 from tests.agent.conftest import AgentEvents, FleetFactory, spec
 from tests.agent.test_cli import SOKOVAN, run_cli, run_cli_with_config
 
@@ -93,16 +93,6 @@ async def run_agent(args: list[str], env: dict[str, str], log: Path) -> asyncio.
         )
     finally:
         os.close(out)
-
-
-async def stop_agent(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), 30)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
 
 
 async def test_real_agent_drops_the_first_kernel_running_and_reconcile_retells_it(

@@ -1,4 +1,11 @@
-"""The agent daemon: registration and heartbeats, kernel events, RPC, graceful shutdown.
+"""The agent daemon: registration and heartbeats, kernel events, RPC, shutdown and restart.
+
+Every heartbeat carries the agent's class, its health (`health`) and its kernel count; the interval
+is the agent's own option or the cluster's, from etcd (`heartbeat_timing`). A stop either destroys
+every kernel (`stop()`, SIGINT) or leaves them running for the next start (`stop(detach=True)`,
+SIGTERM); either way, and on every kernel start and end, the kernels are in the state file, and a
+start takes over the ones still running (`ProcessBackend.recover`). A restarted agent has a new
+`boot_id` and counts its heartbeats from 1 again.
 
 Every event goes through one outbox (`outbox.EventOutbox`), published by one task in the order
 it was emitted, and retried while Redis is unreachable; so the manager sees, per agent, the
@@ -18,11 +25,15 @@ from pathlib import Path
 import structlog
 
 from sokovan.agent.events import image_unavailable, kernel_ids
+from sokovan.agent.health import DEFAULT_MIN_FREE_DISK, check_health
+from sokovan.agent.heartbeat_timing import HeartbeatInterval
 from sokovan.agent.images import ImageCatalog
 from sokovan.agent.process_backend import ProcessBackend
 from sokovan.agent.rpc_server import RPCServer, single_agent
 from sokovan.agent.runtime import AgentLink
 from sokovan.agent.service_ports import service_host
+from sokovan.agent.signals import StopSignal
+from sokovan.agent.state_file import StateFile, default_path
 from sokovan.common.events import (
     AgentHeartbeat,
     AgentStopping,
@@ -42,10 +53,12 @@ from sokovan.common.rpc import (
 )
 from sokovan.common.settings import Settings
 from sokovan.common.slots import ResourceSlots
+from sokovan.common.types import AgentClass
 
 log = structlog.get_logger(__name__)
 
 DRAIN_TIMEOUT = 10.0
+FOLLOW_STEP = 1.0  # the heartbeat loop looks at the (live) interval at least this often
 
 
 @dataclass
@@ -58,13 +71,19 @@ class AgentConfig:
     catalog: ImageCatalog = field(default_factory=ImageCatalog)
     work_dir: Path | None = None  # default: $TMPDIR/sokovan-agent-<id>
     kill_grace: float = 5.0
-    heartbeat_interval: float = 2.0
+    heartbeat_interval: float | None = None  # None: the cluster's, from etcd (10 s without it)
     max_kernels: int | None = None
+    agent_class: AgentClass = AgentClass.STANDARD
+    min_free_disk: int = DEFAULT_MIN_FREE_DISK  # bytes; less free in the work dir is unhealthy
+    state_file: Path | None = None  # default: <work_dir>/agent-state.json
     # Fault injection for tests: the first event of each of these kinds is dropped (see outbox).
     drop_events: frozenset[str] = frozenset()
 
     def resolved_work_dir(self) -> Path:
         return self.work_dir or Path(tempfile.gettempdir()) / f"sokovan-agent-{self.agent_id}"
+
+    def resolved_state_file(self) -> Path:
+        return self.state_file or default_path(self.resolved_work_dir())
 
 
 class AgentDaemon(Service):
@@ -78,6 +97,7 @@ class AgentDaemon(Service):
         self.agent_id = config.agent_id
         self.boot_id = uuid.uuid4().hex
         self.work_dir = config.resolved_work_dir()
+        self.state_file = config.resolved_state_file()
         self.backend = ProcessBackend(
             config.agent_id,
             self.work_dir,
@@ -85,7 +105,9 @@ class AgentDaemon(Service):
             self._outbox.emit,
             config.kill_grace,
             service_host=service_host(config.rpc_host),
+            state=StateFile(self.state_file, config.agent_id),
         )
+        self.interval = HeartbeatInterval(settings, config.heartbeat_interval)
         self._rpc = RPCServer(single_agent(self), self._link.secret, config.rpc_host, config.rpc_port)
         self._seq = 0
         self._stopping = asyncio.Event()
@@ -101,23 +123,48 @@ class AgentDaemon(Service):
             self._rpc, "the agent", prepare=lambda: self.work_dir.mkdir(parents=True, exist_ok=True)
         )
         self._started = True
+        recovered = self.backend.recover()
         self._link.spawn(self._outbox.run(), name="agent-outbox")
         self._heartbeat()  # the first heartbeat is the registration
+        for event in recovered:  # after the registration, before anything a kernel does next
+            self._outbox.emit(event)
+        self._link.spawn(self.interval.follow(), name="agent-heartbeat-interval")
         self._link.spawn(self._heartbeat_loop(), name="agent-heartbeat")
-        log.info("agent.started", agent_id=self.agent_id, rpc_addr=self.rpc_addr, boot_id=self.boot_id)
+        log.info(
+            "agent.started",
+            agent_id=self.agent_id,
+            rpc_addr=self.rpc_addr,
+            boot_id=self.boot_id,
+            kernels_taken_over=self.backend.running_kernels(),
+            heartbeat_interval=self.interval.source,
+        )
 
-    async def stop(self) -> None:
-        """Announce the stop, close the RPC server, destroy every kernel, flush the events."""
+    async def run(self, stop: asyncio.Event) -> None:
+        """`start()`, wait for `stop`, then `stop()`: leaving the kernels running when `stop` is a
+        `StopSignal` set by SIGTERM."""
+        await self.start()
+        try:
+            await stop.wait()
+        finally:
+            await self.stop(detach=isinstance(stop, StopSignal) and stop.detach)
+
+    async def stop(self, detach: bool = False) -> None:
+        """Announce the stop, close the RPC server, flush the events. Every kernel is destroyed
+        first, or with `detach` left running and recorded in the state file."""
         if not self._started or self._stopped:
             return
         self._stopped = True
         self._stopping.set()
         self._outbox.emit(AgentStopping(agent_id=self.agent_id, boot_id=self.boot_id))
         await self._rpc.stop()
-        try:
-            await asyncio.wait_for(self.backend.shutdown(), self.config.kill_grace + DRAIN_TIMEOUT)
-        except TimeoutError:
-            log.error("agent.kernels_survived_stop", kernels=self.backend.running_kernels())
+        if detach:
+            left = await self.backend.detach()
+            log.info("agent.kernels_left_running", kernels=left, state_file=str(self.state_file))
+        else:
+            try:
+                await asyncio.wait_for(self.backend.shutdown(), self.config.kill_grace + DRAIN_TIMEOUT)
+            except TimeoutError:
+                log.error("agent.kernels_survived_stop", kernels=self.backend.running_kernels())
         if not await self._outbox.drain(DRAIN_TIMEOUT):
             log.warning("agent.events_lost_at_stop", agent_id=self.agent_id)
         await self._link.close()
@@ -125,27 +172,37 @@ class AgentDaemon(Service):
 
     def _heartbeat(self) -> None:
         self._seq += 1
+        running = self.backend.running_kernels()
         self._outbox.emit(
             AgentHeartbeat(
                 agent_id=self.agent_id,
                 seq=self._seq,
                 boot_id=self.boot_id,
+                agent_class=self.config.agent_class.value,
+                health=check_health(self.work_dir, self.config.min_free_disk),
                 scaling_group=self.config.scaling_group,
                 available_slots=self.config.slots.to_json(),
                 images=self.config.catalog.names(),
                 rpc_addr=self.rpc_addr,
-                running_kernels=self.backend.running_kernels(),
+                running_kernels=running,
+                kernel_count=len(running),
                 max_kernels=self.config.max_kernels,
             )
         )
 
     async def _heartbeat_loop(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self.config.heartbeat_interval)
-            if self._stopping.is_set():
-                return
+        """A beat every `interval.current()` seconds; the interval is looked at again at least
+        every FOLLOW_STEP seconds, so a change made in etcd applies within about a second."""
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while not self._stopping.is_set():
+            wait = last + self.interval.current() - loop.time()
+            if wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), min(wait, FOLLOW_STEP))
+                continue
             self._heartbeat()
+            last = loop.time()
 
     # RPC handlers (see rpc_server.AgentRPCHandlers)
 

@@ -10,7 +10,7 @@ from typing import Literal, Protocol
 
 from sokovan.common.events import KernelTerminated
 
-EndReason = Literal["exited", "destroyed", "oom"]
+EndReason = Literal["exited", "destroyed", "oom", "lost"]  # "lost": ended without a trace
 
 
 class KernelIds(Protocol):

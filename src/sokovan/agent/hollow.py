@@ -6,7 +6,10 @@ request by its signed `X-Sokovan-Agent` header. All of them share one Redis conn
 outbox (so events are published in emission order, per agent as well, in pipelined batches), and
 one heartbeat loop: the first beats (the registrations) are spread over the first second, then
 each agent beats every `heartbeat_interval` at its own phase, so a fleet of N sends a steady
-N / interval beats per second instead of N tasks waking up. Kernels are timers (`call_later`),
+N / interval beats per second instead of N tasks waking up. The interval is the fleet's option or
+the cluster's from etcd, followed live (`heartbeat_timing`); every agent reports the fleet's one
+shared health summary (`health.FleetHealth`) and the fleet's `--class`; agents named in the pause
+file (`pause_file`) skip their beats while they are listed. Kernels are timers (`call_later`),
 never tasks, so ten thousand of them cost only memory. The same port also answers for the fleet's
 inference kernels' service endpoints (`hollow_services`), unsigned and apart from the RPC.
 """
@@ -20,26 +23,31 @@ import math
 import random
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import structlog
 
+from sokovan.agent.health import FleetHealth
+from sokovan.agent.heartbeat_timing import HeartbeatInterval
 from sokovan.agent.hollow_agent import HollowAgent, HollowBehaviour
 from sokovan.agent.hollow_services import HollowServices
 from sokovan.agent.images import ImageCatalog
 from sokovan.agent.outbox import EventOutbox
+from sokovan.agent.pause_file import PauseFile
 from sokovan.agent.rpc_server import RPCServer
 from sokovan.agent.runtime import AgentLink
 from sokovan.common.events import AgentStopping
 from sokovan.common.lifecycle import Service
 from sokovan.common.settings import Settings
 from sokovan.common.slots import ResourceSlots
+from sokovan.common.types import AgentClass
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_SLOTS = "cpu=4,mem=8g"
-DEFAULT_HEARTBEAT_INTERVAL = 5.0
 REGISTRATION_SPREAD = 1.0  # seconds over which the first beats of the fleet are spread
 TICK = 0.05  # the heartbeat loop wakes at most this often
+FOLLOW_STEP = 1.0  # ... and at least this often (a changed interval, the pause file)
 DRAIN_TIMEOUT = 30.0
 
 
@@ -61,9 +69,11 @@ class HollowConfig:
     pull_delay: float = 0.0
     pull_failure_rate: float = 0.0
     seed: int = 0
-    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
+    heartbeat_interval: float | None = None  # None: the cluster's, from etcd (10 s without it)
     max_kernels: int | None = None
     registration_spread: float = REGISTRATION_SPREAD
+    agent_class: AgentClass = AgentClass.STANDARD
+    pause_file: Path | None = None
     # Fault injection for tests: the first event of each of these kinds, across the whole fleet,
     # is dropped (see outbox.EventDropper).
     drop_events: frozenset[str] = frozenset()
@@ -75,7 +85,7 @@ class HollowConfig:
             raise ValueError("the pull failure rate must be between 0 and 1")
         if self.pull_delay < 0:
             raise ValueError("the pull delay must not be negative")
-        if self.heartbeat_interval <= 0:
+        if self.heartbeat_interval is not None and self.heartbeat_interval <= 0:
             raise ValueError("the heartbeat interval must be positive")
 
 
@@ -95,7 +105,11 @@ class HollowFleet(Service):
             pull_failure_rate=config.pull_failure_rate,
             rng=random.Random(config.seed),
             max_kernels=config.max_kernels,
+            agent_class=config.agent_class.value,
         )
+        self.interval = HeartbeatInterval(settings, config.heartbeat_interval)
+        self.health = FleetHealth()
+        self.pauses = PauseFile(config.pause_file)
         self.services = HollowServices()
         self.agents: dict[str, HollowAgent] = {
             agent_id: HollowAgent(agent_id, uuid.uuid4().hex, behaviour, self._outbox.emit, self.services)
@@ -130,13 +144,15 @@ class HollowFleet(Service):
         self.services.bind(self.config.rpc_host, self._rpc.bound_port)
         self._started = True
         self._link.spawn(self._outbox.run(), name="hollow-outbox")
+        self._link.spawn(self.interval.follow(), name="hollow-heartbeat-interval")
         self._heartbeats = self._link.spawn(self._heartbeat_loop(), name="hollow-heartbeat")
         log.info(
             "hollow.started",
             agents=len(self.agents),
             first=next(iter(self.agents)),
             rpc_addr=self.rpc_addr,
-            heartbeat_interval=self.config.heartbeat_interval,
+            heartbeat_interval=self.interval.source,
+            agent_class=self.config.agent_class.value,
         )
 
     async def stop(self) -> None:
@@ -163,30 +179,34 @@ class HollowFleet(Service):
         """Every agent's beats from one loop; each wake-up publishes the beats that are due."""
         loop = asyncio.get_running_loop()
         agents = list(self.agents.values())
-        count, interval = len(agents), self.config.heartbeat_interval
+        count, interval = len(agents), self.interval.current()
         spread = min(self.config.registration_spread, interval)
         start = loop.time()
         # (due, index): the registrations spread over `spread`, in id order.
         due: list[tuple[float, int]] = [(start + spread * i / count, i) for i in range(count)]
         while not self._stopping.is_set():
             now = loop.time()
-            rpc_addr = self.rpc_addr
+            if self.interval.current() != interval:
+                interval = self.interval.current()
+                due = [(min(at, _next_beat(start + interval * i / count, interval, now)), i) for at, i in due]
+                heapq.heapify(due)
+            paused, health, rpc_addr = self.pauses.refresh(), self.health.current(), self.rpc_addr
             while due and due[0][0] <= now:
                 at, i = heapq.heappop(due)
-                agents[i].heartbeat(rpc_addr)
-                heapq.heappush(due, (self._next_beat(start + interval * i / count, at, now), i))
-            wait = max(due[0][0] - loop.time(), TICK)
+                if agents[i].agent_id not in paused:
+                    agents[i].heartbeat(rpc_addr, health)
+                heapq.heappush(due, (_next_beat(start + interval * i / count, interval, max(at, now)), i))
+            wait = min(max(due[0][0] - loop.time(), TICK), FOLLOW_STEP)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), wait)
 
-    def _next_beat(self, phase: float, last: float, now: float) -> float:
-        """The first time after `last` and `now` on the agent's phase.
 
-        Beats fall on `phase + k * interval`; so after the registrations the fleet's beats are
-        spread evenly over the interval, and no agent waits longer than one interval between beats
-        (a loop that fell behind skips the beats it missed rather than sending them in a burst).
-        """
-        interval = self.config.heartbeat_interval
-        after = max(last, now)
-        k = math.floor((after - phase) / interval) + 1
-        return phase + k * interval
+def _next_beat(phase: float, interval: float, after: float) -> float:
+    """The first time after `after` on the agent's phase.
+
+    Beats fall on `phase + k * interval`; so after the registrations the fleet's beats are
+    spread evenly over the interval, and no agent waits longer than one interval between beats
+    (a loop that fell behind skips the beats it missed rather than sending them in a burst).
+    """
+    k = math.floor((after - phase) / interval) + 1
+    return phase + k * interval

@@ -26,6 +26,7 @@ from sokovan.agent.process_backend import valid_kernel_id
 from sokovan.agent.reconcile import reconcile_event
 from sokovan.agent.service_ports import INFERENCE
 from sokovan.common.events import (
+    AgentHealth,
     AgentHeartbeat,
     KernelCreationFailed,
     KernelImagePullFailed,
@@ -74,6 +75,7 @@ class HollowBehaviour:
     pull_failure_rate: float
     rng: random.Random
     max_kernels: int | None = None
+    agent_class: str = "standard"
 
 
 class _Kernel:
@@ -111,18 +113,23 @@ class HollowAgent:
     def running_kernels(self) -> list[str]:
         return sorted(self._live)
 
-    def heartbeat(self, rpc_addr: str) -> None:
+    def heartbeat(self, rpc_addr: str, health: AgentHealth | None = None) -> None:
+        """Emit the next beat; `health` is the fleet's shared summary (healthy by default)."""
         self.seq += 1
+        running = self.running_kernels()
         self._emit(
             AgentHeartbeat(
                 agent_id=self.agent_id,
                 seq=self.seq,
                 boot_id=self.boot_id,
+                agent_class=self._behaviour.agent_class,
+                health=health if health is not None else AgentHealth(),
                 scaling_group=self._behaviour.scaling_group,
                 available_slots=self._behaviour.available_slots,
                 images=self._images,
                 rpc_addr=rpc_addr,
-                running_kernels=self.running_kernels(),
+                running_kernels=running,
+                kernel_count=len(running),
                 max_kernels=self._behaviour.max_kernels,
             )
         )

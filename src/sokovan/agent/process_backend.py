@@ -1,10 +1,16 @@
-"""The process backend: every kernel is an OS process group.
+"""The process backend: every kernel is an OS process group, and it outlives an agent restart.
 
-A kernel runs `/bin/sh -c <command>` in `<work_dir>/<kernel_id>/`, in a session (and process
-group) of its own, with stdout/stderr in `stdout.log`/`stderr.log` there; the files outlive the
-process so that `logs` works after the end. One task per kernel awaits its exit and reports it.
-A kernel of an `inference` session also gets a TCP port of its own in `PORT`, reserved until it
-ends, and reports `http://<host>:<port>` as its service address (see `service_ports`).
+A kernel runs `/bin/sh -c <command>` in `<work_dir>/<kernel_id>/`, under the exit-code wrapper
+(`kernel_proc`), in a session (and process group) of its own, with stdout/stderr in
+`stdout.log`/`stderr.log` there; the files outlive the process so that `logs` works after the end.
+One task per kernel awaits its exit and reports it. A kernel of an `inference` session also gets a
+TCP port of its own in `PORT`, reserved until it ends, and reports `http://<host>:<port>` as its
+service address (see `service_ports`).
+
+Every start and end rewrites the agent's state file (`state_file`). `detach()` stops watching and
+leaves the kernels running (an agent stopped with SIGTERM); `recover()`, at the next start, watches
+again the ones that still run and reports the ones that ended meanwhile, with the code their
+wrapper recorded ("lost" when there is none).
 
 Events go through `emit`, a non-blocking callback; the daemon publishes them in order.
 """
@@ -12,10 +18,11 @@ Events go through `emit`, a non-blocking callback; the daemon publishes them in 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
-import sys
+import subprocess
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,10 +31,14 @@ from pathlib import Path
 import structlog
 from pydantic import BaseModel
 
+from sokovan.agent import kernel_proc
 from sokovan.agent.events import Ended, EndReason, destroyed_again, image_unavailable, kernel_ids
 from sokovan.agent.images import ImageCatalog
+from sokovan.agent.kernel_wrapper import exit_code as exit_code_of
+from sokovan.agent.oom import SIGKILL_EXIT, killed_for_memory, oom_kill_count
 from sokovan.agent.reconcile import reconcile_event
 from sokovan.agent.service_ports import INFERENCE, PortAllocator
+from sokovan.agent.state_file import KernelRecord, StateFile
 from sokovan.common.events import KernelCreationFailed, KernelRunning, KernelTerminated
 from sokovan.common.rpc import KernelSpec, LogsResponse, ReconcileItem
 
@@ -35,7 +46,6 @@ log = structlog.get_logger(__name__)
 
 Emit = Callable[[BaseModel], None]
 
-IDLE_COMMAND = "exec sleep 2147483647"
 LOG_TAIL_BYTES = 64 * 1024
 MAX_REMEMBERED = 10_000  # ended kernels whose exit code and reason are kept (destroy, reconcile)
 _KERNEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -43,16 +53,25 @@ _KERNEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 @dataclass
 class _Kernel:
-    kernel_id: str
-    session_id: str
-    proc: asyncio.subprocess.Process
-    oom_mark: int | None
-    port: int | None = None
-    service_addr: str | None = None
+    record: KernelRecord
+    proc: subprocess.Popen[bytes] | None = None  # None: started by an earlier run of the agent
     destroy_requested: bool = False
+    killed: bool = False  # this agent sent the group a SIGKILL
     killer: asyncio.Task[None] | None = None
     watcher: asyncio.Task[None] | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def kernel_id(self) -> str:
+        return self.record.kernel_id
+
+    @property
+    def session_id(self) -> str:
+        return self.record.session_id
+
+    @property
+    def pid(self) -> int:
+        return self.record.pid
 
 
 def valid_kernel_id(kernel_id: str) -> bool:
@@ -60,30 +79,13 @@ def valid_kernel_id(kernel_id: str) -> bool:
     return bool(_KERNEL_ID_RE.match(kernel_id))
 
 
-def oom_kill_count() -> int | None:
-    """How many processes the kernel's OOM killer has killed (host-wide and in our cgroup).
-
-    None when neither counter can be read; then an unrequested SIGKILL is not called OOM.
-    """
-    total: int | None = None
-    for path, prefix in ((Path("/proc/vmstat"), "oom_kill "), (_cgroup_events(), "oom_kill ")):
-        try:
-            for line in path.read_text().splitlines():
-                if line.startswith(prefix):
-                    total = (total or 0) + int(line.split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-    return total
-
-
-def _cgroup_events() -> Path:
-    try:
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            if line.startswith("0::"):
-                return Path("/sys/fs/cgroup") / line[3:].lstrip("/") / "memory.events"
-    except OSError:
-        pass
-    return Path("/nonexistent")
+def end_reason(exit_code: int | None, oom_mark: int | None, destroy_requested: bool) -> EndReason:
+    """Why a kernel ended: asked for, killed for memory, gone without a trace ("lost"), or exited."""
+    if destroy_requested:
+        return "destroyed"
+    if exit_code is None:
+        return "lost"
+    return "oom" if killed_for_memory(exit_code, oom_mark) else "exited"
 
 
 class ProcessBackend:
@@ -97,6 +99,7 @@ class ProcessBackend:
         emit: Emit,
         kill_grace: float = 5.0,
         service_host: str = "127.0.0.1",
+        state: StateFile | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.work_dir = work_dir
@@ -104,6 +107,7 @@ class ProcessBackend:
         self.kill_grace = kill_grace
         self.service_host = service_host
         self.ports = PortAllocator()
+        self.state = state
         self._emit = emit
         self._live: dict[str, _Kernel] = {}
         self._ended: OrderedDict[str, Ended] = OrderedDict()
@@ -114,6 +118,10 @@ class ProcessBackend:
     def running_kernels(self) -> list[str]:
         return sorted(self._live)
 
+    def _save(self) -> None:
+        if self.state is not None:
+            self.state.save([kernel.record for kernel in self._live.values()])
+
     async def create(self, spec: KernelSpec) -> None:
         async with self._lock:
             existing = self._live.get(spec.kernel_id)
@@ -121,19 +129,19 @@ class ProcessBackend:
                 self._emit(self._running_event(existing))
                 return
             try:
-                kernel = await self._spawn(spec)
+                kernel = self._spawn(spec)
             except (OSError, ValueError) as exc:
                 message = str(exc) if isinstance(exc, ValueError) else f"cannot start the kernel: {exc}"
                 log.warning("kernel.creation_failed", kernel_id=spec.kernel_id, error=message)
                 self._emit(KernelCreationFailed(**kernel_ids(self.agent_id, spec), message=message))
                 return
-            self._live[spec.kernel_id] = kernel
             self._ended.pop(spec.kernel_id, None)
-            kernel.watcher = asyncio.create_task(self._watch(kernel), name=f"kernel-{spec.kernel_id}")
-            log.info("kernel.started", kernel_id=spec.kernel_id, pid=kernel.proc.pid)
+            self._watch(kernel)
+            self._save()
+            log.info("kernel.started", kernel_id=spec.kernel_id, pid=kernel.pid)
             self._emit(self._running_event(kernel))
 
-    async def _spawn(self, spec: KernelSpec) -> _Kernel:
+    def _spawn(self, spec: KernelSpec) -> _Kernel:
         if not valid_kernel_id(spec.kernel_id):
             raise ValueError(f"invalid kernel id {spec.kernel_id!r}")
         image = self.catalog.get(spec.image)
@@ -148,44 +156,55 @@ class ProcessBackend:
             env["PORT"] = str(port)  # the agent's port wins over one in the session's environ
         mark = oom_kill_count()
         try:
-            proc = await _start(spec.command, directory, env)
+            proc = kernel_proc.spawn(spec.command, directory, env)
         except BaseException:
             self.ports.release(port)
             raise
-        service_addr = f"http://{self.service_host}:{port}" if port is not None else None
-        return _Kernel(spec.kernel_id, spec.session_id, proc, mark, port, service_addr)
+        record = KernelRecord(
+            kernel_id=spec.kernel_id,
+            session_id=spec.session_id,
+            pid=proc.pid,
+            pid_start=kernel_proc.start_time(proc.pid),
+            directory=str(directory),
+            port=port,
+            service_addr=f"http://{self.service_host}:{port}" if port is not None else None,
+            oom_mark=mark,
+        )
+        return _Kernel(record, proc)
+
+    def _watch(self, kernel: _Kernel) -> None:
+        """Count `kernel` as live and watch it until it ends."""
+        self._live[kernel.kernel_id] = kernel
+        kernel.watcher = asyncio.create_task(self._await_end(kernel), name=f"kernel-{kernel.kernel_id}")
 
     def _running_event(self, kernel: _Kernel) -> KernelRunning:
         return KernelRunning(
-            **kernel_ids(self.agent_id, kernel), pid=kernel.proc.pid, service_addr=kernel.service_addr
+            **kernel_ids(self.agent_id, kernel), pid=kernel.pid, service_addr=kernel.record.service_addr
         )
 
-    async def _watch(self, kernel: _Kernel) -> None:
-        returncode = await kernel.proc.wait()
-        _killpg(kernel.proc.pid, signal.SIGKILL)  # what the main process left behind
-        exit_code, reason = self._classify(kernel, returncode)
-        self._live.pop(kernel.kernel_id, None)
-        self.ports.release(kernel.port)
-        self._ended[kernel.kernel_id] = Ended(kernel.session_id, exit_code, reason)
-        while len(self._ended) > MAX_REMEMBERED:
-            self._ended.popitem(last=False)
-        log.info("kernel.terminated", kernel_id=kernel.kernel_id, exit_code=exit_code, reason=reason)
-        self._emit(KernelTerminated(**kernel_ids(self.agent_id, kernel), exit_code=exit_code, reason=reason))
+    async def _await_end(self, kernel: _Kernel) -> None:
+        returncode = await kernel_proc.wait_ended(kernel.pid, kernel.record.pid_start, kernel.proc)
+        kernel_proc.killpg(kernel.pid, signal.SIGKILL)  # what the main process left behind
+        exit_code = kernel_proc.read_exit_code(Path(kernel.record.directory))
+        if exit_code is None and returncode is not None:
+            exit_code = exit_code_of(returncode)  # the wrapper itself was killed
+        if exit_code is None and kernel.killed:
+            exit_code = SIGKILL_EXIT  # a kernel of an earlier run, killed by this one
+        reason = end_reason(exit_code, kernel.record.oom_mark, kernel.destroy_requested)
+        terminated = self._end(kernel.record, exit_code, reason)
+        self._save()
+        self._emit(terminated)
         kernel.done.set()
 
-    @staticmethod
-    def _classify(kernel: _Kernel, returncode: int) -> tuple[int, EndReason]:
-        signum = -returncode if returncode < 0 else None
-        exit_code = 128 + signum if signum is not None else returncode
-        if kernel.destroy_requested:
-            return exit_code, "destroyed"
-        # A SIGKILL of the shell or (reported by the shell as 137) of its child, while the OOM
-        # killer's counters went up, is called OOM; without readable counters it is "exited".
-        if exit_code == 128 + signal.SIGKILL and kernel.oom_mark is not None:
-            now = oom_kill_count()
-            if now is not None and now > kernel.oom_mark:
-                return exit_code, "oom"
-        return exit_code, "exited"
+    def _end(self, record: KernelRecord, exit_code: int | None, reason: EndReason) -> KernelTerminated:
+        """Forget a kernel that ended (remembering how) and free its port; the event to report."""
+        self._live.pop(record.kernel_id, None)
+        self.ports.release(record.port)
+        self._ended[record.kernel_id] = Ended(record.session_id, exit_code, reason)
+        while len(self._ended) > MAX_REMEMBERED:
+            self._ended.popitem(last=False)
+        log.info("kernel.terminated", kernel_id=record.kernel_id, exit_code=exit_code, reason=reason)
+        return KernelTerminated(**kernel_ids(self.agent_id, record), exit_code=exit_code, reason=reason)
 
     async def destroy(self, kernel_id: str, forced: bool = False) -> None:
         """Stop a kernel; its KernelTerminated follows when the process is gone."""
@@ -196,19 +215,23 @@ class ProcessBackend:
             return
         kernel.destroy_requested = True
         if forced:
-            _killpg(kernel.proc.pid, signal.SIGKILL)
+            self._sigkill(kernel)
         if kernel.killer is None:
             kernel.killer = asyncio.create_task(self._kill(kernel, forced), name=f"kill-{kernel_id}")
 
+    def _sigkill(self, kernel: _Kernel) -> None:
+        kernel.killed = True
+        kernel_proc.killpg(kernel.pid, signal.SIGKILL)
+
     async def _kill(self, kernel: _Kernel, forced: bool) -> None:
         if not forced:
-            _killpg(kernel.proc.pid, signal.SIGTERM)
+            kernel_proc.killpg(kernel.pid, signal.SIGTERM)
             try:
                 await asyncio.wait_for(kernel.done.wait(), self.kill_grace)
                 return
             except TimeoutError:
                 log.info("kernel.kill_after_grace", kernel_id=kernel.kernel_id, grace=self.kill_grace)
-        _killpg(kernel.proc.pid, signal.SIGKILL)
+        self._sigkill(kernel)
         await kernel.done.wait()
 
     async def reconcile(self, item: ReconcileItem) -> None:
@@ -222,10 +245,10 @@ class ProcessBackend:
                 self.agent_id,
                 item,
                 live=kernel is not None,
-                pid=kernel.proc.pid if kernel is not None else None,
+                pid=kernel.pid if kernel is not None else None,
                 ended=(ended.exit_code, ended.reason) if ended is not None else None,
                 image_available=item.image in self.catalog,
-                service_addr=kernel.service_addr if kernel is not None else None,
+                service_addr=kernel.record.service_addr if kernel is not None else None,
             )
         )
 
@@ -236,63 +259,56 @@ class ProcessBackend:
             await self.destroy(kernel.kernel_id)
         await asyncio.gather(*(k.done.wait() for k in kernels))
 
+    async def detach(self) -> list[str]:
+        """Stop watching (and killing) the kernels, record them in the state file, leave them
+        running; the ids of the kernels left behind."""
+        kernels = list(self._live.values())
+        tasks = [t for k in kernels for t in (k.watcher, k.killer) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._save()
+        return sorted(k.kernel_id for k in kernels)
+
+    def recover(self) -> list[BaseModel]:
+        """Take over the kernels the state file names: watch the ones still running, and end the
+        ones that died meanwhile. The events to publish once the agent has registered: KernelRunning
+        of each kernel taken over (a no-op for the manager unless it missed the first one), and
+        KernelTerminated of each that ended."""
+        if self.state is None:
+            return []
+        found: list[BaseModel] = []
+        for record in self.state.load():
+            if record.kernel_id in self._live or not valid_kernel_id(record.kernel_id):
+                continue
+            if kernel_proc.alive(record.pid, record.pid_start):
+                kernel = _Kernel(record)
+                self.ports.reserve(record.port)
+                self._watch(kernel)
+                found.append(self._running_event(kernel))
+                log.info("kernel.reattached", kernel_id=record.kernel_id, pid=record.pid)
+                continue
+            exit_code = kernel_proc.read_exit_code(Path(record.directory))
+            reason = end_reason(exit_code, record.oom_mark, destroy_requested=False)
+            found.append(self._end(record, exit_code, reason))
+        self._save()
+        return found
+
     def logs(self, kernel_id: str) -> LogsResponse | None:
         """The tail of a kernel's output, or None when this agent never ran it."""
         if not valid_kernel_id(kernel_id):
             return None
-        directory = self.work_dir / kernel_id
-        if kernel_id not in self._live and not directory.is_dir():
+        kernel = self._live.get(kernel_id)
+        directory = Path(kernel.record.directory) if kernel is not None else self.work_dir / kernel_id
+        if kernel is None and not directory.is_dir():
             return None
         return LogsResponse(
             kernel_id=kernel_id,
             stdout=_tail(directory / "stdout.log"),
             stderr=_tail(directory / "stderr.log"),
         )
-
-
-async def _start(command: str | None, directory: Path, env: dict[str, str]) -> asyncio.subprocess.Process:
-    """`/bin/sh -c <command>` (or the idle command) in `directory`, output to its log files."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-    out = os.open(directory / "stdout.log", flags, 0o644)
-    try:
-        err = os.open(directory / "stderr.log", flags, 0o644)
-        try:
-            return await asyncio.create_subprocess_exec(
-                "/bin/sh",
-                "-c",
-                command if command is not None else IDLE_COMMAND,
-                cwd=directory,
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
-        finally:
-            os.close(err)
-    finally:
-        os.close(out)
-
-
-def install_child_watcher() -> None:
-    """Use a pidfd child watcher where Python 3.11 would start one thread per kernel.
-
-    Python 3.12+ picks pidfds by itself. Call this once, before the event loop starts.
-    """
-    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
-        return
-    try:
-        os.close(os.pidfd_open(os.getpid()))
-    except OSError:  # a kernel without pidfd support: keep the threaded watcher
-        return
-    asyncio.set_child_watcher(asyncio.PidfdChildWatcher())
-
-
-def _killpg(pgid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:

@@ -47,6 +47,11 @@ class PortAllocator:
                 return port
         raise OSError("no free TCP port for the kernel's service")
 
+    def reserve(self, port: int | None) -> None:
+        """Count `port` as handed out (a kernel taken over after an agent restart holds it)."""
+        if port is not None:
+            self._reserved.add(port)
+
     def release(self, port: int | None) -> None:
         if port is not None:
             self._reserved.discard(port)

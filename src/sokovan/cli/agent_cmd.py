@@ -1,8 +1,17 @@
 """`sokovan agent`: an agent daemon with the process backend, or (`--simulate N`) a hollow fleet.
 
 Every option is also a config-file key (`id`, `scaling_group`, `slots`, `rpc_host`, `rpc_port`,
-`images`, `work_dir`, `kill_grace`, `heartbeat_interval`, `simulate`, `pull_delay`,
-`pull_failure_rate`, `seed`, `max_kernels`, `drop_events`); a flag wins over the file.
+`images`, `work_dir`, `kill_grace`, `heartbeat_interval`, `class`, `min_free_disk`, `state_file`,
+`simulate`, `pull_delay`, `pull_failure_rate`, `seed`, `max_kernels`, `pause_file`, `drop_events`);
+a flag wins over the file.
+
+Without `--heartbeat-interval` the agent beats at the cluster's `heartbeat_interval` (etcd section
+`manager/node_lifecycle`, followed live; 10 s when it is absent or etcd is unreachable). `--class`
+(standard, sensitive, borrowed) picks the grace period the manager gives the agent when it falls
+silent. `--min-free-disk` (default 64m) is the free space the work directory needs for the agent to
+report itself healthy. SIGINT stops the agent and destroys its kernels; SIGTERM stops it and leaves
+them running, recorded in `--state-file` (default `<work_dir>/agent-state.json`), for the next start
+to take over.
 
 `--drop-events NAME[,NAME...]` (hidden; config key `drop_events`, a list or a comma string) is
 fault injection for tests: the first event of each named kind (`kernel.running`,
@@ -10,8 +19,10 @@ fault injection for tests: the first event of each named kind (`kernel.running`,
 warning `event.dropped_for_test`; everything else is unchanged.
 
 With `--simulate N`, `--id` is the prefix of the virtual agents' ids (default `hollow`),
-`--slots` the capacity of each of them (default cpu=4,mem=8g), the heartbeat interval 5 s, and
-`--work-dir`/`--kill-grace` do not apply.
+`--slots` the capacity of each of them (default cpu=4,mem=8g), `--class` the class of all of them,
+`--pause-file FILE` names agents that stop heartbeating while they are listed there, and
+`--work-dir`/`--kill-grace`/`--min-free-disk`/`--state-file` do not apply (both signals end the
+fleet's timer kernels).
 """
 
 from __future__ import annotations
@@ -26,15 +37,18 @@ from typing import Any
 import click
 
 from sokovan.agent.daemon import AgentConfig, AgentDaemon
+from sokovan.agent.health import DEFAULT_MIN_FREE_DISK, parse_size
 from sokovan.agent.hollow import DEFAULT_SLOTS, HollowConfig, HollowFleet
 from sokovan.agent.images import ImageCatalog, ImageCatalogError
 from sokovan.agent.outbox import parse_event_names
-from sokovan.agent.process_backend import install_child_watcher
 from sokovan.agent.runtime import AgentStartError
+from sokovan.agent.signals import stop_on_agent_signals
 from sokovan.cli.common import config_option, load_with_secret
-from sokovan.common.lifecycle import stop_on_signals
 from sokovan.common.settings import ConfigFileError, Settings, read_config_file
 from sokovan.common.slots import ResourceSlots, SlotError
+from sokovan.common.types import AgentClass
+
+CLASSES = [c.value for c in AgentClass]
 
 
 def host_slots() -> ResourceSlots:
@@ -97,6 +111,10 @@ class AgentFlags:
     pull_failure_rate: float | None = None
     seed: int | None = None
     max_kernels: int | None = None
+    agent_class: str | None = None
+    min_free_disk: str | None = None
+    state_file: str | None = None
+    pause_file: str | None = None
     drop_events: str | None = None
 
 
@@ -132,7 +150,30 @@ def build_config(file_values: dict[str, Any], flags: AgentFlags) -> AgentConfig:
         config.heartbeat_interval = float(interval)
     config.max_kernels = _max_kernels(flags.max_kernels, file_values)
     config.drop_events = _drop_events(flags.drop_events, file_values)
+    config.agent_class = _agent_class(flags.agent_class, file_values)
+    config.min_free_disk = _min_free_disk(flags.min_free_disk, file_values)
+    state_file = _pick(flags.state_file, file_values, "state_file", str)
+    config.state_file = Path(state_file) if state_file else None
     return config
+
+
+def _agent_class(flag: str | None, file_values: dict[str, Any]) -> AgentClass:
+    value = _pick(flag, file_values, "class", str)
+    if value is None:
+        return AgentClass.STANDARD
+    if value not in CLASSES:
+        raise click.ClickException(f"bad --class {value!r}: expected one of {', '.join(CLASSES)}")
+    return AgentClass(value)
+
+
+def _min_free_disk(flag: str | None, file_values: dict[str, Any]) -> int:
+    value = _pick(flag, file_values, "min_free_disk", (str, int))
+    if value is None:
+        return DEFAULT_MIN_FREE_DISK
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise click.ClickException(f"bad --min-free-disk: {exc}") from exc
 
 
 def _drop_events(flag: str | None, file_values: dict[str, Any]) -> frozenset[str]:
@@ -180,7 +221,10 @@ def build_hollow_config(
         seed=chosen_seed or 0,
         max_kernels=base.max_kernels,
         drop_events=base.drop_events,
+        agent_class=base.agent_class,
     )
+    pause_file = _pick(flags.pause_file, file_values, "pause_file", str)
+    config.pause_file = Path(pause_file) if pause_file else None
     if interval is not None:
         config.heartbeat_interval = float(interval)
     return config
@@ -190,7 +234,7 @@ async def _serve(settings: Settings, config: AgentConfig | HollowConfig) -> None
     daemon = (
         AgentDaemon(settings, config) if isinstance(config, AgentConfig) else HollowFleet(settings, config)
     )
-    await daemon.run(stop_on_signals())
+    await daemon.run(stop_on_agent_signals())
 
 
 @click.command()
@@ -213,7 +257,28 @@ async def _serve(settings: Settings, config: AgentConfig | HollowConfig) -> None
 @click.option("--work-dir", default=None, help="Kernel directories (default: $TMPDIR/sokovan-agent-<id>).")
 @click.option("--kill-grace", type=float, default=None, help="Seconds between SIGTERM and SIGKILL (5).")
 @click.option(
-    "--heartbeat-interval", type=float, default=None, help="Seconds between heartbeats (2; 5 simulated)."
+    "--heartbeat-interval",
+    type=float,
+    default=None,
+    help="Seconds between heartbeats (default: the cluster's, from etcd; 10 without it).",
+)
+@click.option(
+    "--class",
+    "agent_class",
+    type=click.Choice(CLASSES),
+    default=None,
+    help="Agent class: the grace period it gets when silent (standard).",
+)
+@click.option(
+    "--min-free-disk",
+    default=None,
+    metavar="SIZE",
+    help="Free space the work dir needs, e.g. 64m (64m); less reports the agent unhealthy.",
+)
+@click.option(
+    "--state-file",
+    default=None,
+    help="Where the agent records its kernels (default: <work-dir>/agent-state.json).",
 )
 @click.option(
     "--simulate", type=int, default=None, metavar="N", help="Run N hollow agents (kernels are timers)."
@@ -223,6 +288,11 @@ async def _serve(settings: Settings, config: AgentConfig | HollowConfig) -> None
     "--pull-failure-rate", type=float, default=None, help="Share of simulated pulls that fail (0..1)."
 )
 @click.option("--seed", type=int, default=None, help="Seed of the simulated pull failures (0).")
+@click.option(
+    "--pause-file",
+    default=None,
+    help="With --simulate: agents listed in this file (one id a line) send no heartbeats.",
+)
 @click.option(
     "--max-kernels",
     type=int,
@@ -249,8 +319,6 @@ def agent(config: str | None, **options: Any) -> None:
     run_config: AgentConfig | HollowConfig = agent_config
     if count is not None:
         run_config = build_hollow_config(file_values, agent_config, flags, count)
-    else:
-        install_child_watcher()
     try:
         asyncio.run(_serve(settings, run_config))
     except AgentStartError as exc:

@@ -1,7 +1,10 @@
 """One daemon of a local test cluster, started as `python -m sokovan ...` (see sokovan.harness).
 
 A `Daemon` signals only the process it started itself, and tells a process that was stopped on
-purpose (`terminate`, `kill`, `stop`) from one that exited on its own (`failure`).
+purpose (`terminate`, `kill`, `stop`) from one that exited on its own (`failure`). Its stop signal
+is SIGTERM, except for an agent: an agent stopped with SIGTERM leaves its kernels running (for its
+next start to take over), so `AgentProc` stops with SIGINT, which destroys them and leaves no
+process behind; `AgentProc.detach()` sends SIGTERM on purpose, and `kill()` SIGKILL.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ def free_port() -> int:
 class Daemon:
     """`sokovan <args>` with `env`, logging to `<log_dir>/<name>.log` (appended; a banner marks each
     start), or to this process's own stdout/stderr when `log_dir` is None. Restartable."""
+
+    stop_signal = signal.SIGTERM  # what `terminate` and `stop` send
 
     def __init__(self, name: str, args: Sequence[str], env: Mapping[str, str], log_dir: Path | None) -> None:
         self.name = name
@@ -74,10 +79,14 @@ class Daemon:
         return f"{self.name} exited with {code}{where}"
 
     def terminate(self) -> None:
-        """SIGTERM, if it still runs; does not wait."""
+        """The daemon's stop signal (SIGTERM; SIGINT for an agent), if it still runs; does not wait."""
+        self.send(self.stop_signal)
+
+    def send(self, sig: signal.Signals) -> None:
+        """`sig`, if it still runs, as a stop on purpose; does not wait."""
         self._stopped_on_purpose = True
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(sig)
 
     def wait(self, timeout: float) -> int:
         """Its exit code; `subprocess.TimeoutExpired` after `timeout` seconds."""
@@ -94,7 +103,7 @@ class Daemon:
         self.proc.wait(timeout=timeout)
 
     def stop(self, timeout: float = 20) -> None:
-        """SIGTERM and wait; SIGKILL after `timeout` seconds."""
+        """The stop signal and wait; SIGKILL after `timeout` seconds."""
         stop_all([self], timeout)
 
     def log_text(self) -> str:
@@ -105,7 +114,8 @@ class Daemon:
 
 
 def stop_all(daemons: Iterable[Daemon], timeout: float = 20) -> None:
-    """SIGTERM to every daemon still running, then wait for each; SIGKILL after `timeout` seconds."""
+    """Its stop signal to every daemon still running, then wait for each; SIGKILL after `timeout`
+    seconds."""
     started = [d for d in daemons if d.proc is not None]
     for d in started:
         d.terminate()
@@ -190,7 +200,12 @@ class ManagerProc(_HttpDaemon):
 
 class AgentProc(Daemon):
     """`sokovan agent --id <agent_id>`: a process agent with its kernels under `work_dir`, or with
-    `simulate` a hollow fleet of that many agents. `extra` arguments go last."""
+    `simulate` a hollow fleet of that many agents. `extra` arguments go last.
+
+    Stopped with SIGINT (its kernels are destroyed); `detach()` stops it with SIGTERM, leaving its
+    kernels running for a restart (`start()` again, same id and work dir) to take over."""
+
+    stop_signal = signal.SIGINT
 
     def __init__(
         self,
@@ -213,6 +228,11 @@ class AgentProc(Daemon):
             args += ["--simulate", str(simulate)]
         super().__init__(agent_id, [*args, *extra], env, log_dir)
         self.agent_id = agent_id
+
+    def detach(self, timeout: float = 20) -> int:
+        """SIGTERM: the agent stops and leaves its kernels running. Waits; its exit code."""
+        self.send(signal.SIGTERM)
+        return self.wait(timeout)
 
 
 class ProxyProc(_HttpDaemon):

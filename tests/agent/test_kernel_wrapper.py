@@ -1,0 +1,119 @@
+"""The exit-code wrapper and the process checks a restarted agent relies on (no agent here)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sokovan.agent import kernel_proc
+from sokovan.agent.state_file import KernelRecord, StateFile
+
+
+def start(command: str | None, directory: Path) -> subprocess.Popen[bytes]:
+    directory.mkdir(parents=True, exist_ok=True)
+    return kernel_proc.spawn(command, directory, {"PATH": os.environ["PATH"]})
+
+
+def wait_for_child(wrapper: int) -> int:
+    """The pid of the wrapper's child (the kernel's shell) once it runs."""
+    children = Path(f"/proc/{wrapper}/task/{wrapper}/children")
+    for _ in range(200):
+        found = children.read_text().split()
+        if found:
+            return int(found[0])
+        subprocess.run(["sleep", "0.02"], check=True)
+    raise AssertionError("the wrapper started no child")
+
+
+@pytest.mark.parametrize(
+    ("command", "code"),
+    [("exit 3", 3), ("true", 0), ("kill -TERM $$", 143), ("kill -KILL $$", 137), ("exec /nonexistent", 127)],
+)
+def test_the_wrapper_records_and_exits_with_the_kernels_code(tmp_path: Path, command: str, code: int) -> None:
+    proc = start(command, tmp_path)
+    assert proc.wait(timeout=10) == code
+    assert kernel_proc.read_exit_code(tmp_path) == code
+    assert (tmp_path / kernel_proc.EXIT_FILE).read_text() == f"{code}\n"
+    assert not (tmp_path / f"{kernel_proc.EXIT_FILE}.tmp").exists()
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)])
+def test_the_wrapper_survives_a_killpg_and_records_the_signal(
+    tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    proc = start("sleep 30", tmp_path)
+    wait_for_child(proc.pid)
+    kernel_proc.killpg(proc.pid, sig)  # the kernel's group: the wrapper gets it too
+    assert proc.wait(timeout=10) == code
+    assert kernel_proc.read_exit_code(tmp_path) == code
+
+
+def test_a_sigkilled_kernel_is_137(tmp_path: Path) -> None:
+    proc = start(None, tmp_path)  # the idle command
+    os.kill(wait_for_child(proc.pid), signal.SIGKILL)
+    assert proc.wait(timeout=10) == 137
+    assert kernel_proc.read_exit_code(tmp_path) == 137
+
+
+def test_a_killpg_sigkill_ends_the_wrapper_without_a_record(tmp_path: Path) -> None:
+    proc = start(None, tmp_path)
+    wait_for_child(proc.pid)
+    kernel_proc.killpg(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=10) == -signal.SIGKILL
+    assert kernel_proc.read_exit_code(tmp_path) is None
+
+
+def test_a_stale_exit_code_is_removed_at_start(tmp_path: Path) -> None:
+    (tmp_path / kernel_proc.EXIT_FILE).write_text("9\n")
+    proc = start(None, tmp_path)
+    assert kernel_proc.read_exit_code(tmp_path) is None
+    wait_for_child(proc.pid)
+    kernel_proc.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=10) == 143
+
+
+def test_alive_tells_a_reused_pid_and_a_zombie_from_the_kernel(tmp_path: Path) -> None:
+    proc = start(None, tmp_path)
+    started = kernel_proc.start_time(proc.pid)
+    assert started is not None
+    assert kernel_proc.alive(proc.pid, started)
+    assert not kernel_proc.alive(proc.pid, started + 1)  # another process with the same number
+    wait_for_child(proc.pid)
+    kernel_proc.killpg(proc.pid, signal.SIGTERM)
+    while kernel_proc.read_exit_code(tmp_path) is None:
+        subprocess.run(["sleep", "0.02"], check=True)
+    subprocess.run(["sleep", "0.2"], check=True)  # exited, not reaped yet: a zombie
+    assert not kernel_proc.alive(proc.pid, started)
+    proc.wait(timeout=10)
+    assert kernel_proc.start_time(proc.pid) is None
+    assert not kernel_proc.alive(proc.pid, started)
+
+
+async def test_wait_ended_watches_a_process_it_is_not_the_parent_of(tmp_path: Path) -> None:
+    """What a restarted agent does: the pidfd watch (the wrapper here is the test's child, so it is
+    reaped by the test, as init would reap an orphan)."""
+    proc = start("sleep 0.3; exit 4", tmp_path)
+    started = kernel_proc.start_time(proc.pid)
+    reaper = asyncio.get_running_loop().run_in_executor(None, proc.wait)
+    assert await asyncio.wait_for(kernel_proc.wait_ended(proc.pid, started, None), 10) is None
+    assert await reaper == 4
+    assert kernel_proc.read_exit_code(tmp_path) == 4
+
+
+def test_state_file_round_trip_and_bad_files(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "agent-state.json"
+    record = KernelRecord(
+        kernel_id="k1", session_id="s1", pid=123, pid_start=456, directory=str(tmp_path / "k1"), port=8000
+    )
+    state = StateFile(path, "agent-a")
+    assert state.load() == []  # no file: a first start
+    state.save([record])
+    assert state.load() == [record]
+    assert StateFile(path, "agent-b").load() == []  # another agent's file is not taken over
+    path.write_text("{not json")
+    assert state.load() == []
