@@ -29,6 +29,26 @@ async def stop_agent(proc: asyncio.subprocess.Process, sig: signal.Signals = sig
             await proc.wait()
 
 
+async def program_started(wrapper: int, within: float = 10.0) -> int:
+    """Waits until the kernel wrapper `wrapper` has started the kernel's program; the program's pid.
+
+    (A kernel signalled before that ends without starting its program.)"""
+    async with asyncio.timeout(within):
+        while True:
+            found = children(wrapper)
+            if found:
+                return found[0]
+            await asyncio.sleep(0.02)
+
+
+def children(pid: int) -> list[int]:
+    """The pids of `pid`'s children (its main thread's)."""
+    try:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
 def kill_recorded_kernels(state_file: Path) -> list[int]:
     """SIGKILL the process group of every kernel `state_file` names that still runs; their pids."""
     try:

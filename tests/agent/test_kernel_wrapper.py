@@ -6,12 +6,14 @@ import asyncio
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from sokovan.agent import kernel_proc
 from sokovan.agent.state_file import KernelRecord, StateFile
+from tests.agent.agent_procs import children
 
 
 def start(command: str | None, directory: Path) -> subprocess.Popen[bytes]:
@@ -21,12 +23,11 @@ def start(command: str | None, directory: Path) -> subprocess.Popen[bytes]:
 
 def wait_for_child(wrapper: int) -> int:
     """The pid of the wrapper's child (the kernel's shell) once it runs."""
-    children = Path(f"/proc/{wrapper}/task/{wrapper}/children")
-    for _ in range(200):
-        found = children.read_text().split()
+    for _ in range(500):
+        found = children(wrapper)
         if found:
-            return int(found[0])
-        subprocess.run(["sleep", "0.02"], check=True)
+            return found[0]
+        time.sleep(0.02)
     raise AssertionError("the wrapper started no child")
 
 
@@ -86,8 +87,8 @@ def test_alive_tells_a_reused_pid_and_a_zombie_from_the_kernel(tmp_path: Path) -
     wait_for_child(proc.pid)
     kernel_proc.killpg(proc.pid, signal.SIGTERM)
     while kernel_proc.read_exit_code(tmp_path) is None:
-        subprocess.run(["sleep", "0.02"], check=True)
-    subprocess.run(["sleep", "0.2"], check=True)  # exited, not reaped yet: a zombie
+        time.sleep(0.02)
+    time.sleep(0.2)  # exited, not reaped yet: a zombie
     assert not kernel_proc.alive(proc.pid, started)
     proc.wait(timeout=10)
     assert kernel_proc.start_time(proc.pid) is None

@@ -1,7 +1,7 @@
 """A kernel's OS processes: starting one under the exit-code wrapper, telling whether a recorded pid
 is still that kernel, and waiting for its end whether or not this agent is its parent.
 
-A kernel is `python -I kernel_wrapper.py <dir>/exit-code -- /bin/sh -c <command>`, started as the
+A kernel is `python -I -S kernel_wrapper.py <dir>/exit-code -- /bin/sh -c <command>`, started as the
 leader of a new session, so its pid is also its process group (what `killpg` stops). The pid's
 start time (field 22 of /proc/<pid>/stat) is recorded with it: after an agent restart a pid whose
 start time differs is another process that reused the number, never the kernel.
@@ -33,7 +33,7 @@ WRAPPER = Path(kernel_wrapper.__file__).resolve()
 def wrapper_argv(command: str | None, exit_file: Path) -> list[str]:
     """The argv that runs `/bin/sh -c <command>` (or the idle command) under the wrapper."""
     shell = ["/bin/sh", "-c", command if command is not None else IDLE_COMMAND]
-    return [sys.executable, "-I", str(WRAPPER), str(exit_file), "--", *shell]
+    return [sys.executable, "-I", "-S", str(WRAPPER), str(exit_file), "--", *shell]
 
 
 def spawn(command: str | None, directory: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
