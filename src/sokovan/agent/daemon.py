@@ -32,7 +32,7 @@ from sokovan.agent.process_backend import ProcessBackend
 from sokovan.agent.rpc_server import RPCServer, single_agent
 from sokovan.agent.runtime import AgentLink
 from sokovan.agent.service_ports import service_host
-from sokovan.agent.signals import StopSignal
+from sokovan.agent.signals import run_until
 from sokovan.agent.state_file import StateFile, default_path
 from sokovan.common.events import (
     AgentHeartbeat,
@@ -140,13 +140,8 @@ class AgentDaemon(Service):
         )
 
     async def run(self, stop: asyncio.Event) -> None:
-        """`start()`, wait for `stop`, then `stop()`: leaving the kernels running when `stop` is a
-        `StopSignal` set by SIGTERM."""
-        await self.start()
-        try:
-            await stop.wait()
-        finally:
-            await self.stop(detach=isinstance(stop, StopSignal) and stop.detach)
+        """Until `stop` is set; a `StopSignal` set by SIGTERM leaves the kernels running."""
+        await run_until(self, stop)
 
     async def stop(self, detach: bool = False) -> None:
         """Announce the stop, close the RPC server, flush the events. Every kernel is destroyed

@@ -9,7 +9,9 @@ each agent beats every `heartbeat_interval` at its own phase, so a fleet of N se
 N / interval beats per second instead of N tasks waking up. The interval is the fleet's option or
 the cluster's from etcd, followed live (`heartbeat_timing`); every agent reports the fleet's one
 shared health summary (`health.FleetHealth`) and the fleet's `--class`; agents named in the pause
-file (`pause_file`) skip their beats while they are listed. Kernels are timers (`call_later`),
+file (`pause_file`) skip their beats while they are listed. With a state file (`hollow_state`) a
+SIGTERM leaves the kernels to the next start of the fleet, as a process agent's SIGTERM does;
+otherwise both signals end them. Kernels are timers (`call_later`),
 never tasks, so ten thousand of them cost only memory. The same port also answers for the fleet's
 inference kernels' service endpoints (`hollow_services`), unsigned and apart from the RPC.
 """
@@ -31,11 +33,13 @@ from sokovan.agent.health import FleetHealth
 from sokovan.agent.heartbeat_timing import HeartbeatInterval
 from sokovan.agent.hollow_agent import HollowAgent, HollowBehaviour
 from sokovan.agent.hollow_services import HollowServices
+from sokovan.agent.hollow_state import HollowKernelRecord, HollowStateFile, StateKeeper
 from sokovan.agent.images import ImageCatalog
 from sokovan.agent.outbox import EventOutbox
 from sokovan.agent.pause_file import PauseFile
 from sokovan.agent.rpc_server import RPCServer
 from sokovan.agent.runtime import AgentLink
+from sokovan.agent.signals import run_until
 from sokovan.common.events import AgentStopping
 from sokovan.common.lifecycle import Service
 from sokovan.common.settings import Settings
@@ -74,6 +78,7 @@ class HollowConfig:
     registration_spread: float = REGISTRATION_SPREAD
     agent_class: AgentClass = AgentClass.STANDARD
     pause_file: Path | None = None
+    state_file: Path | None = None  # None: the kernels do not outlive the fleet
     # Fault injection for tests: the first event of each of these kinds, across the whole fleet,
     # is dropped (see outbox.EventDropper).
     drop_events: frozenset[str] = frozenset()
@@ -111,8 +116,14 @@ class HollowFleet(Service):
         self.health = FleetHealth()
         self.pauses = PauseFile(config.pause_file)
         self.services = HollowServices()
+        self.keeper = (
+            StateKeeper(HollowStateFile(config.state_file), self._snapshot) if config.state_file else None
+        )
+        changed = self.keeper.mark if self.keeper is not None else None
         self.agents: dict[str, HollowAgent] = {
-            agent_id: HollowAgent(agent_id, uuid.uuid4().hex, behaviour, self._outbox.emit, self.services)
+            agent_id: HollowAgent(
+                agent_id, uuid.uuid4().hex, behaviour, self._outbox.emit, self.services, changed
+            )
             for agent_id in hollow_ids(config.prefix, config.count)
         }
         self._rpc = RPCServer(
@@ -138,11 +149,31 @@ class HollowFleet(Service):
     def running_kernels(self) -> int:
         return sum(len(agent.running_kernels()) for agent in self.agents.values())
 
+    def _snapshot(self) -> dict[str, list[HollowKernelRecord]]:
+        return {agent_id: agent.export() for agent_id, agent in self.agents.items()}
+
+    def _restore(self) -> int:
+        """Give every agent the kernels the state file keeps for its id; how many were taken over."""
+        if self.keeper is None:
+            return 0
+        saved = self.keeper.file.load()
+        for agent_id, records in saved.items():
+            agent = self.agents.get(agent_id)
+            if agent is None:
+                log.warning("hollow.state_of_unknown_agent", agent_id=agent_id, kernels=len(records))
+            else:
+                agent.restore(records)
+        return self.running_kernels()
+
     async def start(self) -> None:
         await self._link.open(self._rpc, "the hollow fleet")
         assert self._rpc.bound_port is not None
         self.services.bind(self.config.rpc_host, self._rpc.bound_port)
         self._started = True
+        taken_over = self._restore()
+        if self.keeper is not None:
+            self.keeper.save()
+            self._link.spawn(self.keeper.run(), name="hollow-state")
         self._link.spawn(self._outbox.run(), name="hollow-outbox")
         self._link.spawn(self.interval.follow(), name="hollow-heartbeat-interval")
         self._heartbeats = self._link.spawn(self._heartbeat_loop(), name="hollow-heartbeat")
@@ -153,12 +184,20 @@ class HollowFleet(Service):
             rpc_addr=self.rpc_addr,
             heartbeat_interval=self.interval.source,
             agent_class=self.config.agent_class.value,
+            kernels_taken_over=taken_over,
         )
 
-    async def stop(self) -> None:
-        """Stop beating, announce every agent's stop, close the RPC server, end every kernel."""
+    async def run(self, stop: asyncio.Event) -> None:
+        """Until `stop` is set; a `StopSignal` set by SIGTERM leaves the kernels to the next start
+        (with a state file)."""
+        await run_until(self, stop)
+
+    async def stop(self, detach: bool = False) -> None:
+        """Stop beating, announce every agent's stop, close the RPC server, end every kernel — or,
+        with `detach` and a state file, keep them in the file for the next start instead."""
         if not self._started or self._stopped:
             return
+        detach = detach and self.keeper is not None
         self._stopped = True
         self._stopping.set()
         if self._heartbeats is not None:
@@ -169,11 +208,19 @@ class HollowFleet(Service):
         await self._rpc.stop()
         kernels = self.running_kernels()
         for agent in self.agents.values():
-            agent.shutdown()
+            if detach:
+                agent.detach()
+            else:
+                agent.shutdown()
         if not await self._outbox.drain(DRAIN_TIMEOUT):
             log.warning("hollow.events_lost_at_stop", unpublished=len(self._outbox))
         await self._link.close()
-        log.info("hollow.stopped", agents=len(self.agents), kernels_destroyed=kernels)
+        if self.keeper is not None:
+            self.keeper.save()
+        left = kernels if detach else 0
+        log.info(
+            "hollow.stopped", agents=len(self.agents), kernels_destroyed=kernels - left, kernels_left=left
+        )
 
     async def _heartbeat_loop(self) -> None:
         """Every agent's beats from one loop; each wake-up publishes the beats that are due."""

@@ -5,6 +5,7 @@ other command, or none, runs until it is destroyed. Nothing is started: a kernel
 a dict and, for a sleep, one `loop.call_later` timer. Every event is the one a real agent would
 publish for the same call, emitted into the fleet's shared outbox. An inference kernel is served
 by the fleet (`hollow_services`) while it lives, and reports that endpoint as its service address.
+Its kernels can be exported and restored (`hollow_state`), so that a restarted fleet takes them over.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 import re
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from pydantic import BaseModel
 
 from sokovan.agent.events import Ended, destroyed_again, image_unavailable, kernel_ids
 from sokovan.agent.hollow_services import HollowServices
+from sokovan.agent.hollow_state import HollowKernelRecord
 from sokovan.agent.images import ImageCatalog
 from sokovan.agent.process_backend import valid_kernel_id
 from sokovan.agent.reconcile import reconcile_event
@@ -79,12 +82,13 @@ class HollowBehaviour:
 
 
 class _Kernel:
-    __slots__ = ("kernel_id", "service_addr", "session_id", "timer")
+    __slots__ = ("ends_at", "kernel_id", "service_addr", "session_id", "timer")
 
     def __init__(self, kernel_id: str, session_id: str) -> None:
         self.kernel_id = kernel_id
         self.session_id = session_id
         self.timer: asyncio.TimerHandle | None = None
+        self.ends_at: float | None = None  # wall clock, for the state file
         self.service_addr: str | None = None
 
 
@@ -98,6 +102,7 @@ class HollowAgent:
         behaviour: HollowBehaviour,
         emit: Emit,
         services: HollowServices | None = None,
+        changed: Callable[[], None] | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.boot_id = boot_id
@@ -109,6 +114,7 @@ class HollowAgent:
         self._ended: OrderedDict[str, Ended] = OrderedDict()
         self._pulls: set[asyncio.TimerHandle] = set()
         self._services = services if services is not None else HollowServices()
+        self._changed = changed or (lambda: None)  # told whenever a kernel starts or ends
 
     def running_kernels(self) -> list[str]:
         return sorted(self._live)
@@ -141,6 +147,42 @@ class HollowAgent:
         self._pulls.clear()
         for kernel in list(self._live.values()):
             self._end(kernel, EXIT_TERM, "destroyed")
+
+    def detach(self) -> None:
+        """Drop the pulls in flight and stop the kernels' timers, reporting nothing: the kernels
+        are exported (`export`) for the next start of the fleet."""
+        for handle in self._pulls:
+            handle.cancel()
+        self._pulls.clear()
+        for kernel in self._live.values():
+            if kernel.timer is not None:
+                kernel.timer.cancel()
+                kernel.timer = None
+
+    def export(self) -> list[HollowKernelRecord]:
+        return [
+            HollowKernelRecord(
+                kernel_id=k.kernel_id,
+                session_id=k.session_id,
+                ends_at=k.ends_at,
+                serves=k.service_addr is not None,
+            )
+            for k in self._live.values()
+        ]
+
+    def restore(self, records: list[HollowKernelRecord]) -> None:
+        """Take over kernels of an earlier run of the fleet: their timers go on with the time left
+        (one that ran out ends at once, exit 0)."""
+        now = time.time()
+        for record in records:
+            if record.kernel_id in self._live or not valid_kernel_id(record.kernel_id):
+                continue
+            kernel = _Kernel(record.kernel_id, record.session_id)
+            if record.serves:
+                kernel.service_addr = self._services.add(record.kernel_id, self.agent_id)
+            self._live[record.kernel_id] = kernel
+            if record.ends_at is not None:
+                self._arm(kernel, record.ends_at, max(record.ends_at - now, 0.0))
 
     # RPC handlers
 
@@ -220,7 +262,12 @@ class HollowAgent:
         self._emit(self._running(kernel))
         seconds = sleep_seconds(spec.command)
         if seconds is not None:
-            kernel.timer = asyncio.get_running_loop().call_later(seconds, self._exited, kernel)
+            self._arm(kernel, time.time() + seconds, seconds)
+        self._changed()
+
+    def _arm(self, kernel: _Kernel, ends_at: float, seconds: float) -> None:
+        kernel.ends_at = ends_at
+        kernel.timer = asyncio.get_running_loop().call_later(seconds, self._exited, kernel)
 
     def _state(self, item: ReconcileItem) -> BaseModel:
         """The one event that tells `item`'s current state (see `ProcessBackend.reconcile`).
@@ -262,4 +309,5 @@ class HollowAgent:
         self._ended[kernel.kernel_id] = Ended(kernel.session_id, exit_code, reason)
         while len(self._ended) > MAX_ENDED:
             self._ended.popitem(last=False)
+        self._changed()
         self._emit(KernelTerminated(**kernel_ids(self.agent_id, kernel), exit_code=exit_code, reason=reason))

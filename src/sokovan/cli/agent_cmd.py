@@ -20,9 +20,10 @@ warning `event.dropped_for_test`; everything else is unchanged.
 
 With `--simulate N`, `--id` is the prefix of the virtual agents' ids (default `hollow`),
 `--slots` the capacity of each of them (default cpu=4,mem=8g), `--class` the class of all of them,
-`--pause-file FILE` names agents that stop heartbeating while they are listed there, and
-`--work-dir`/`--kill-grace`/`--min-free-disk`/`--state-file` do not apply (both signals end the
-fleet's timer kernels).
+`--pause-file FILE` names agents that stop heartbeating while they are listed there,
+`--state-file FILE` (no default) keeps the fleet's timer kernels so that SIGTERM leaves them to the
+next start (without it both signals end them), and `--work-dir`/`--kill-grace`/`--min-free-disk`
+do not apply.
 """
 
 from __future__ import annotations
@@ -225,6 +226,7 @@ def build_hollow_config(
     )
     pause_file = _pick(flags.pause_file, file_values, "pause_file", str)
     config.pause_file = Path(pause_file) if pause_file else None
+    config.state_file = base.state_file
     if interval is not None:
         config.heartbeat_interval = float(interval)
     return config
@@ -278,7 +280,7 @@ async def _serve(settings: Settings, config: AgentConfig | HollowConfig) -> None
 @click.option(
     "--state-file",
     default=None,
-    help="Where the agent records its kernels (default: <work-dir>/agent-state.json).",
+    help="Where the agent records its kernels (default: <work-dir>/agent-state.json; simulated: none).",
 )
 @click.option(
     "--simulate", type=int, default=None, metavar="N", help="Run N hollow agents (kernels are timers)."
