@@ -29,7 +29,8 @@ class LocalCluster:
     and so do the daemons' logs unless `log` is False. `agent_args` are given to every agent.
 
     `stop()`, or leaving a `with` block, stops every daemon it started, also when starting failed
-    half-way."""
+    half-way; agents are stopped with SIGINT, which destroys their kernels (`AgentProc.detach()`
+    stops one with SIGTERM, leaving its kernels to its next start)."""
 
     def __init__(
         self,
