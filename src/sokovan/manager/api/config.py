@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 
 import structlog
 from aiohttp import web
+from pydantic import BaseModel
 
 from sokovan.common.retry_policy import RetryPolicy
 from sokovan.config.cluster import (
@@ -69,29 +70,32 @@ async def _own_watcher(app: web.Application) -> AsyncIterator[None]:
             await asyncio.wait_for(task, 5)
 
 
+async def _replace(request: web.Request, section: str, model: type[BaseModel]) -> web.Response:
+    """Validate the body as `model`, store it whole (omitted fields at their defaults) at the
+    section's etcd key, apply it here at once, audit it, and answer the value in force."""
+    admin = require_admin(request)
+    value = await parse_body(request, model)
+    ctx = request.app[CTX_KEY]
+    raw = value.model_dump_json().encode()
+    key = etcd_key(ctx.settings.etcd_prefix, section)
+    await ctx.etcd.put(key.encode(), raw)
+    config = request.app[CLUSTER_CONFIG_KEY]
+    config.apply(section, raw)
+    name = section.split("/")[-1]
+    async with ctx.engine.begin() as conn:
+        await admin_repo.audit(
+            conn, admin.access_key, f"{name}.put", key, {name: value.model_dump(mode="json")}
+        )
+    return json_response(getattr(config, name))
+
+
 async def get_retry_policy_default(request: web.Request) -> web.Response:
     principal_of(request)
     return json_response(request.app[CLUSTER_CONFIG_KEY].retry_policy_default)
 
 
 async def put_retry_policy_default(request: web.Request) -> web.Response:
-    admin = require_admin(request)
-    policy = await parse_body(request, RetryPolicy)
-    ctx = request.app[CTX_KEY]
-    # Stored whole: every field, the omitted ones at RetryPolicy's built-in defaults.
-    raw = policy.model_dump_json().encode()
-    key = etcd_key(ctx.settings.etcd_prefix)
-    await ctx.etcd.put(key.encode(), raw)
-    request.app[CLUSTER_CONFIG_KEY].apply(RETRY_POLICY_DEFAULT, raw)
-    async with ctx.engine.begin() as conn:
-        await admin_repo.audit(
-            conn,
-            admin.access_key,
-            "retry_policy_default.put",
-            key,
-            {"retry_policy_default": policy.model_dump(mode="json")},
-        )
-    return json_response(request.app[CLUSTER_CONFIG_KEY].retry_policy_default)
+    return await _replace(request, RETRY_POLICY_DEFAULT, RetryPolicy)
 
 
 async def get_node_lifecycle(request: web.Request) -> web.Response:
@@ -100,23 +104,7 @@ async def get_node_lifecycle(request: web.Request) -> web.Response:
 
 
 async def put_node_lifecycle(request: web.Request) -> web.Response:
-    """Replace the node timings whole (omitted fields take their defaults), validated first."""
-    admin = require_admin(request)
-    timings = await parse_body(request, NodeLifecycleSettings)
-    ctx = request.app[CTX_KEY]
-    raw = timings.model_dump_json().encode()
-    key = etcd_key(ctx.settings.etcd_prefix, NODE_LIFECYCLE)
-    await ctx.etcd.put(key.encode(), raw)
-    request.app[CLUSTER_CONFIG_KEY].apply(NODE_LIFECYCLE, raw)
-    async with ctx.engine.begin() as conn:
-        await admin_repo.audit(
-            conn,
-            admin.access_key,
-            "node_lifecycle.put",
-            key,
-            {"node_lifecycle": timings.model_dump(mode="json")},
-        )
-    return json_response(request.app[CLUSTER_CONFIG_KEY].node_lifecycle)
+    return await _replace(request, NODE_LIFECYCLE, NodeLifecycleSettings)
 
 
 ROUTES = [
