@@ -2,7 +2,11 @@
 period. Its kernels end with AGENT_TRANSIENT in the same write (so native retry places their
 sessions elsewhere). Held while its scaling group is in a mass silence (`mass_silence`); the hold
 raises an `agents.mass_silence` event and the `sokovan_agents_mass_silence*` metrics, and its end
-another event."""
+another event. The end of a hold counts as the last word of every agent of the group: their silence
+is measured from then, so the agents whose reports come back last (a fleet resumes over about one
+heartbeat interval, and the hold ends as soon as half of it has) are not declared DOWN in the moment
+before their first beat arrives; one that stays silent is DOWN after a fresh timeout and grace
+(Kubernetes likewise marks every node as just seen when a zone leaves full disruption)."""
 
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ class ConfirmDown(NodeHandler):
         self._backlog = backlog
         self._events = events
         self._held: set[str] = set()
+        self._released: dict[str, dt.datetime] = {}  # scaling group → when its last hold ended
 
     async def execute(self, rows: Sequence[AgentRow]) -> NodeResult:
         result = NodeResult()
@@ -40,13 +45,15 @@ class ConfirmDown(NodeHandler):
         settings = self._config.node_lifecycle
         now = dt.datetime.now(dt.UTC)
         groups = group_silence(rows, now, settings.heartbeat_timeout)
-        await self._track_holds(groups)
+        await self._track_holds(groups, now)
         for row in rows:
             if row.status != A.DEGRADED:
                 continue
             quiet = silence(row, now)
+            released = self._released.get(row.scaling_group)  # silent since then, at most
+            judged = quiet if released is None else min(quiet, (now - released).total_seconds())
             grace = settings.grace_period.of(row.agent_class)
-            if quiet <= settings.heartbeat_timeout + grace:
+            if judged <= settings.heartbeat_timeout + grace:
                 continue
             if row.scaling_group in self._held:
                 group = groups[row.scaling_group]
@@ -57,7 +64,7 @@ class ConfirmDown(NodeHandler):
             log.warning("agents.down_held", agents=len(result.held), groups=sorted(self._held))
         return result
 
-    async def _track_holds(self, groups: dict[str, GroupSilence]) -> None:
+    async def _track_holds(self, groups: dict[str, GroupSilence], now: dt.datetime) -> None:
         held = {name for name, group in groups.items() if group.held}
         events = []
         for name in sorted(held - self._held):
@@ -67,6 +74,7 @@ class ConfirmDown(NodeHandler):
             events.append(_event(name, True, group))
         for name in sorted(self._held - held):
             log.warning("agents.mass_silence_over", scaling_group=name)
+            self._released[name] = now
             events.append(_event(name, False, groups.get(name)))
         for name in held | self._held:
             MASS_SILENCE.labels(scaling_group=name).set(1 if name in held else 0)
