@@ -75,6 +75,17 @@ async def _clear_streams(settings: Settings) -> None:
     await client.aclose()
 
 
+async def put_config(settings: Settings, section: str, value: Any) -> None:
+    """Write one section under `<prefix>/config/manager/` as an operator would with etcdctl: `value`
+    as JSON, or bytes as they are (to write something invalid)."""
+    raw = value if isinstance(value, bytes) else json.dumps(value).encode()
+    etcd = aetcd.Client(host=settings.etcd_host, port=settings.etcd_port)
+    try:
+        await etcd.put(_key(settings, section), raw)
+    finally:
+        await etcd.close()
+
+
 def _key(settings: Settings, section: str) -> bytes:
     return f"{settings.etcd_prefix}/config/manager/{section}".encode()
 
