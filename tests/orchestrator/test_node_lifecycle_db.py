@@ -293,3 +293,28 @@ async def test_draining_becomes_drained_when_its_kernels_end(engine: AsyncEngine
     # Heartbeats never undo a drain.
     await record_heartbeats(engine, [beat("d2", 1, boot="new")])
     assert (await statuses(engine))["d2"] == "DRAINED"
+
+
+async def test_a_silent_draining_agent_loses_its_kernels_unless_in_a_mass_silence(
+    engine: AsyncEngine,
+) -> None:
+    seed = await Seed(engine).tenancy()
+    await seed.agent("d1", status=A.DRAINING)
+    for i in range(4):
+        await seed.agent(f"ok{i}")
+    await silent_for(engine, 0, "ok0", "ok1", "ok2", "ok3")
+    sid = await seed.session(status=SessionStatus.RUNNING, kernel_status=KernelStatus.RUNNING, agent_id="d1")
+    await silent_for(engine, 40, "d1")  # past timeout + grace, alone: its kernels end, it is DRAINED
+    await nodes(engine, config()).cycle()
+    assert (await statuses(engine))["d1"] == "DRAINED"
+    async with engine.connect() as conn:
+        assert await conn.scalar(select(Kernel.status).where(Kernel.session_id == sid)) == "ERROR"
+    # The same in a mass silence (3 of 5 silent together): held, the kernel stays.
+    async with engine.begin() as conn:
+        await conn.execute(update(Agent).where(Agent.id == "d1").values(status="DRAINING"))
+    sid = await seed.session(status=SessionStatus.RUNNING, kernel_status=KernelStatus.RUNNING, agent_id="d1")
+    await silent_for(engine, 40, "d1", "ok0", "ok1")
+    await nodes(engine, config()).cycle()
+    assert (await statuses(engine))["d1"] == "DRAINING"
+    async with engine.connect() as conn:
+        assert await conn.scalar(select(Kernel.status).where(Kernel.session_id == sid)) == "RUNNING"

@@ -41,6 +41,7 @@ from sokovan.orchestrator.node.handlers.confirm_down import ConfirmDown
 from sokovan.orchestrator.node.handlers.count_agents import CountAgents
 from sokovan.orchestrator.node.handlers.detect_silence import DetectSilence
 from sokovan.orchestrator.node.handlers.expire_boot import ExpireBoot
+from sokovan.orchestrator.node.mass_silence import Holds
 from sokovan.orchestrator.retry.engine import RetryCoordinator
 from sokovan.orchestrator.route.coordinator import RouteCoordinator
 from sokovan.orchestrator.route.handler import RouteHandler
@@ -138,12 +139,13 @@ def node_lanes(
     engine: AsyncEngine, config: ClusterConfig, events: UserEventPublisher | None, backlog: Backlog
 ) -> dict[str, list[NodeHandler]]:
     """The node lifecycle: silence first (READY → DEGRADED → DOWN), then boots and drains."""
+    holds = Holds()  # mass silences: ConfirmDown keeps them, CompleteDrain heeds them
     return {
         "nodes": [
             DetectSilence(config, backlog),
-            ConfirmDown(config, backlog, events),
+            ConfirmDown(config, backlog, events, holds),
             ExpireBoot(config),
-            CompleteDrain(engine, config),
+            CompleteDrain(engine, config, holds),
             CountAgents(),
         ]
     }

@@ -43,3 +43,22 @@ def group_silence(agents: Sequence[AgentRow], now: dt.datetime, timeout: float) 
             together = sum(1 for a in quiet if silence(a, now) - newest <= timeout)
         out[name] = GroupSilence(name, len(members), together)
     return out
+
+
+class Holds:
+    """The groups in a mass silence now, and when each group's last hold ended: shared by the
+    handlers that act on silence (ConfirmDown keeps it, CompleteDrain reads it).
+
+    The end of a hold counts as the last word of every agent of the group: their silence is
+    measured from then at most, so the agents whose reports come back last (the hold ends as soon
+    as half of the group is back) are not judged in the moment before their first beat arrives."""
+
+    def __init__(self) -> None:
+        self.held: set[str] = set()
+        self.released: dict[str, dt.datetime] = {}
+
+    def silence(self, row: AgentRow, now: dt.datetime) -> float:
+        """`row`'s silence as the lane judges it: never from before its group's last hold ended."""
+        quiet = silence(row, now)
+        released = self.released.get(row.scaling_group)
+        return quiet if released is None else min(quiet, (now - released).total_seconds())

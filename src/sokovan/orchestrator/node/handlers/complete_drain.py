@@ -3,6 +3,8 @@
 A draining agent that falls silent for longer than its timeout plus grace is DRAINED too, and its
 kernels are ended with AGENT_TRANSIENT (as for DOWN), so nothing waits on a node that is gone; the
 operator's drain stays in force (DRAINED never goes DOWN on silence, and is undone only by undrain).
+Silence is judged as ConfirmDown judges it: not while the agent's scaling group is in a mass
+silence, and never from before such a hold ended (`Holds`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sokovan.config.cluster import ClusterConfig
 from sokovan.db.models import Kernel
 from sokovan.orchestrator.node.handler import A, AgentRow, NodeHandler, NodeResult, Verdict, silence
+from sokovan.orchestrator.node.mass_silence import Holds
 from sokovan.state.occupancy import slot_holding
 
 
@@ -23,9 +26,10 @@ class CompleteDrain(NodeHandler):
     targets = frozenset({A.DRAINING})
     moves_to = A.DRAINED
 
-    def __init__(self, engine: AsyncEngine, config: ClusterConfig) -> None:
+    def __init__(self, engine: AsyncEngine, config: ClusterConfig, holds: Holds) -> None:
         self._engine = engine
         self._config = config
+        self._holds = holds
 
     async def execute(self, rows: Sequence[AgentRow]) -> NodeResult:
         result = NodeResult()
@@ -43,7 +47,7 @@ class CompleteDrain(NodeHandler):
             limit = settings.heartbeat_timeout + settings.grace_period.of(row.agent_class)
             if not live.get(row.id):
                 result.moves[row.id] = Verdict("no live kernel left")
-            elif quiet > limit:
+            elif self._holds.silence(row, now) > limit and row.scaling_group not in self._holds.held:
                 reason = f"silent for {quiet:.1f}s while draining: its kernels are ended"
                 result.moves[row.id] = Verdict(reason, end_kernels=True)
         return result

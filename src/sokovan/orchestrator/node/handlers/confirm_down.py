@@ -2,11 +2,11 @@
 period. Its kernels end with AGENT_TRANSIENT in the same write (so native retry places their
 sessions elsewhere). Held while its scaling group is in a mass silence (`mass_silence`); the hold
 raises an `agents.mass_silence` event and the `sokovan_agents_mass_silence*` metrics, and its end
-another event. The end of a hold counts as the last word of every agent of the group: their silence
-is measured from then, so the agents whose reports come back last (a fleet resumes over about one
-heartbeat interval, and the hold ends as soon as half of it has) are not declared DOWN in the moment
-before their first beat arrives; one that stays silent is DOWN after a fresh timeout and grace
-(Kubernetes likewise marks every node as just seen when a zone leaves full disruption)."""
+another event. The end of a hold counts as the last word of every agent of the group (`Holds`):
+the agents whose reports come back last (a fleet resumes over about one heartbeat interval, and
+the hold ends as soon as half of it has) are not declared DOWN in the moment before their first
+beat arrives; one that stays silent is DOWN after a fresh timeout and grace (Kubernetes likewise
+marks every node as just seen when a zone leaves full disruption)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from sokovan.common.metrics import MASS_SILENCE, MASS_SILENCE_HOLDS
 from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.node.backlog import Backlog
 from sokovan.orchestrator.node.handler import A, AgentRow, NodeHandler, NodeResult, Verdict, silence
-from sokovan.orchestrator.node.mass_silence import MONITORED, GroupSilence, group_silence
+from sokovan.orchestrator.node.mass_silence import MONITORED, GroupSilence, Holds, group_silence
 
 log = structlog.get_logger(__name__)
 
@@ -31,12 +31,13 @@ class ConfirmDown(NodeHandler):
     moves_to = A.DOWN
     always_runs = True  # a hold ends when reports resume, with no DEGRADED agent left
 
-    def __init__(self, config: ClusterConfig, backlog: Backlog, events: UserEventPublisher | None) -> None:
+    def __init__(
+        self, config: ClusterConfig, backlog: Backlog, events: UserEventPublisher | None, holds: Holds
+    ) -> None:
         self._config = config
         self._backlog = backlog
         self._events = events
-        self._held: set[str] = set()
-        self._released: dict[str, dt.datetime] = {}  # scaling group → when its last hold ended
+        self._holds = holds
 
     async def execute(self, rows: Sequence[AgentRow]) -> NodeResult:
         result = NodeResult()
@@ -50,35 +51,34 @@ class ConfirmDown(NodeHandler):
             if row.status != A.DEGRADED:
                 continue
             quiet = silence(row, now)
-            released = self._released.get(row.scaling_group)  # silent since then, at most
-            judged = quiet if released is None else min(quiet, (now - released).total_seconds())
             grace = settings.grace_period.of(row.agent_class)
-            if judged <= settings.heartbeat_timeout + grace:
+            if self._holds.silence(row, now) <= settings.heartbeat_timeout + grace:
                 continue
-            if row.scaling_group in self._held:
+            if row.scaling_group in self._holds.held:
                 group = groups[row.scaling_group]
                 result.held[row.id] = f"mass silence: {group.silent}/{group.agents} agents"
                 continue
             result.moves[row.id] = Verdict(f"no heartbeat for {quiet:.1f}s (grace {grace:g}s ran out)")
         if result.held:
-            log.warning("agents.down_held", agents=len(result.held), groups=sorted(self._held))
+            log.warning("agents.down_held", agents=len(result.held), groups=sorted(self._holds.held))
         return result
 
     async def _track_holds(self, groups: dict[str, GroupSilence], now: dt.datetime) -> None:
         held = {name for name, group in groups.items() if group.held}
+        was = self._holds.held
         events = []
-        for name in sorted(held - self._held):
+        for name in sorted(held - was):
             group = groups[name]
             MASS_SILENCE_HOLDS.labels(scaling_group=name).inc()
             log.error("agents.mass_silence", scaling_group=name, silent=group.silent, agents=group.agents)
             events.append(_event(name, True, group))
-        for name in sorted(self._held - held):
+        for name in sorted(was - held):
             log.warning("agents.mass_silence_over", scaling_group=name)
-            self._released[name] = now
+            self._holds.released[name] = now
             events.append(_event(name, False, groups.get(name)))
-        for name in held | self._held:
+        for name in held | was:
             MASS_SILENCE.labels(scaling_group=name).set(1 if name in held else 0)
-        self._held = held
+        self._holds.held = held
         await publish(self._events, events)
 
 
