@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.bus.user_events import UserEvent
 from sokovan.common.events import AgentHeartbeat
-from sokovan.common.metrics import HEARTBEATS_REPLAYED
+from sokovan.common.metrics import AGENT_TRANSITIONS, HEARTBEATS_REPLAYED
 from sokovan.common.types import AgentClass, AgentStatus
 from sokovan.db.models import Agent, AgentHistory, ScalingGroup
 from sokovan.state.agent_beats import on_heartbeat
@@ -196,6 +196,8 @@ async def record_heartbeats(engine: AsyncEngine, beats: Sequence[AgentHeartbeat]
                 .execution_options(synchronize_session=False),
                 [{"b_id": a, "b_n": n} for a, n in refused.items()],
             )
+    for event in out.events:
+        AGENT_TRANSITIONS.labels(from_status=event.from_status or "NONE", to_status=event.to_status).inc()
     out.replayed = sum(replays.values())
     if out.replayed:
         HEARTBEATS_REPLAYED.inc(out.replayed)
