@@ -15,6 +15,7 @@ from typing import TypeVar
 from aiohttp import web
 from pydantic import BaseModel
 
+from sokovan.common.problems import PROBLEM_BASE, PROBLEM_CONTENT_TYPE
 from sokovan.common.types import AgentStatus
 from sokovan.manager.api.admin_schemas import (
     AgentActionRequest,
@@ -27,7 +28,7 @@ from sokovan.manager.api.admin_schemas import (
 from sokovan.manager.api.auth import CTX_KEY, principal_of, require_admin
 from sokovan.manager.api.common import PAGING, found, json_response, query_csv, read_page
 from sokovan.manager.api.openapi import Param, Route
-from sokovan.manager.api.problems import PROBLEM_BASE, PROBLEM_CONTENT_TYPE, Problem, not_found, parse_body
+from sokovan.manager.api.problems import Problem, not_found, parse_body
 from sokovan.manager.controller.node_controller import NodeController, NodeRequest
 from sokovan.manager.controller.node_rules import AgentStateConflict, NodeAction
 from sokovan.manager.repositories import agents_read

@@ -16,12 +16,11 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from pydantic import BaseModel, ValidationError
 
+from sokovan.common.problems import problem_response
 from sokovan.manager.controller.errors import ControllerError
 
 log = structlog.get_logger(__name__)
 
-PROBLEM_CONTENT_TYPE = "application/problem+json"
-PROBLEM_BASE = "https://sokovan.dev/problems/"
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -54,28 +53,6 @@ class Problem(Exception):
 def not_found(what: str, ident: object) -> Problem:
     """`<what> <ident> not found`: also what a caller reads of something it may not see."""
     return Problem(404, "Not found", f"{what} {ident} not found", slug="not-found")
-
-
-def problem_response(
-    status: int,
-    title: str,
-    detail: str,
-    *,
-    slug: str | None = None,
-    errors: list[dict[str, Any]] | None = None,
-    headers: dict[str, str] | None = None,
-) -> web.Response:
-    body: dict[str, Any] = {
-        "type": PROBLEM_BASE + (slug or title.lower().replace(" ", "-")),
-        "title": title,
-        "status": status,
-        "detail": detail,
-    }
-    if errors:
-        body["errors"] = errors
-    return web.Response(
-        status=status, text=json.dumps(body), content_type=PROBLEM_CONTENT_TYPE, headers=headers
-    )
 
 
 def validation_problem(exc: ValidationError, where: str = "body") -> Problem:

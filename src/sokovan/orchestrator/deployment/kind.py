@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from sokovan.bus.user_events import UserEvent
 from sokovan.common.metrics import DEPLOYMENT_TRANSITIONS
 from sokovan.common.types import EndpointLifecycle
@@ -34,9 +30,5 @@ def deployment_event(row: DeploymentRow, src: str, dst: str) -> UserEvent:
     )
 
 
-async def _fetch(conn: AsyncConnection, statuses: frozenset[EndpointLifecycle]) -> Sequence[DeploymentRow]:
-    return await fetch_deployments(conn, statuses)
-
-
 def deployment_kind() -> OutcomeKind[DeploymentRow, EndpointLifecycle]:
-    return OutcomeKind("deployment", DEPLOYMENTS, _fetch, deployment_event, DEPLOYMENT_TRANSITIONS)
+    return OutcomeKind("deployment", DEPLOYMENTS, fetch_deployments, deployment_event, DEPLOYMENT_TRANSITIONS)

@@ -18,12 +18,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.common.metrics import SLOT_DRIFT
 from sokovan.common.rpc import AgentRPCClient
-from sokovan.common.types import AgentStatus, KernelStatus, SessionStatus
+from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.db.models import Agent, Kernel, Session
+from sokovan.orchestrator.maintenance.reconciler import REPORTING
 from sokovan.state.kernel_writes import KernelTransition, apply_kernel_transitions
 
 log = structlog.get_logger(__name__)
-_REPORTING = sorted(s.value for s in AgentStatus.reporting())
 
 
 # Kernels an agent's latest heartbeat still reports running although they ended (or never existed)
@@ -51,7 +51,7 @@ class LeakRepair:
     async def _destroy_orphans(self) -> None:
         ended = [s.value for s in KernelStatus.terminal()]
         async with self._engine.connect() as conn:
-            rows = (await conn.execute(_ORPHANS, {"reporting": _REPORTING, "ended": ended})).all()
+            rows = (await conn.execute(_ORPHANS, {"reporting": REPORTING, "ended": ended})).all()
         per_agent: dict[tuple[str, str], list[str]] = defaultdict(list)
         for r in rows:
             per_agent[(r.agent_id, r.rpc_addr)].append(r.kid)

@@ -21,7 +21,8 @@ from sokovan.common.rpc import AgentRPCClient, ReconcileItem
 from sokovan.common.types import AgentStatus, KernelStatus
 
 log = structlog.get_logger(__name__)
-_REPORTING = sorted(s.value for s in AgentStatus.reporting())
+# Agents that beat and answer, as SQL parameters (shared with LeakRepair).
+REPORTING = sorted(s.value for s in AgentStatus.reporting())
 
 # The phase an agent is asked about, per kernel status a suspect can be in.
 _PHASE: dict[KernelStatus, Literal["pull", "run", "terminate"]] = {
@@ -67,7 +68,7 @@ class KernelReconciler:
                 await conn.execute(
                     _SUSPECTS,
                     {
-                        "reporting": _REPORTING,
+                        "reporting": REPORTING,
                         "awaiting": _AWAITING_EVENT,
                         "running": KernelStatus.RUNNING.value,
                         "before": before,

@@ -14,12 +14,14 @@ The six handlers and their tables (the design's route table):
 
 from __future__ import annotations
 
-from sokovan.common.types import RouteStatus
+from sokovan.common.types import RouteStatus, SessionStatus
 from sokovan.orchestrator.spine.outcome import OutcomeHandler, OutcomeTransitions
 from sokovan.state.serving_reads import RouteRow
 
 R = RouteStatus
 RouteTransitions = OutcomeTransitions[RouteStatus]
+# A replica session in one of these has ended or is ending: its route cannot be served.
+ENDED_SESSION = SessionStatus.terminal() | {SessionStatus.TERMINATING}
 
 
 class RouteHandler(OutcomeHandler[RouteRow, RouteStatus]):

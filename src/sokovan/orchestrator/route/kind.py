@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
 from sokovan.common.metrics import ROUTE_TRANSITIONS
@@ -36,12 +36,8 @@ def route_event(row: RouteRow, src: str, dst: str) -> UserEvent:
     )
 
 
-async def _fetch(conn: AsyncConnection, statuses: frozenset[RouteStatus]) -> Sequence[RouteRow]:
-    return await fetch_routes(conn, statuses)
-
-
 def route_kind() -> OutcomeKind[RouteRow, RouteStatus]:
-    return OutcomeKind("route", ROUTES, _fetch, route_event, ROUTE_TRANSITIONS)
+    return OutcomeKind("route", ROUTES, fetch_routes, route_event, ROUTE_TRANSITIONS)
 
 
 async def take_out_of_service(

@@ -42,8 +42,9 @@ class HealthCheckRoute(RouteHandler):
         for route in rows:
             check = HealthCheck.model_validate(route.health_check)
             report = reports.get(route.id)
-            if report is not None and _health(report) != route.health:
-                health_rows.append({"b_id": route.id, "b_health": _health(report)})
+            health = _health(report) if report is not None else None
+            if health is not None and health != route.health:
+                health_rows.append({"b_id": route.id, "b_health": health})
             verdict = judge(route, check, report, now)
             if verdict == "success":
                 result.successes.append(route.id)

@@ -23,12 +23,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sokovan.common.types import SessionStatus
 from sokovan.db.models import Route
 from sokovan.orchestrator.deployment.replicas import ReplicaRefused, ReplicaSessions, replica_spec
-from sokovan.orchestrator.route.handler import R, RouteHandler, RouteTransitions
+from sokovan.orchestrator.route.handler import ENDED_SESSION, R, RouteHandler, RouteTransitions
 from sokovan.orchestrator.spine.concurrency import bounded_gather
 from sokovan.orchestrator.spine.outcome import OutcomeResult
 from sokovan.state.serving_reads import RouteRow
 
-_ENDED = SessionStatus.terminal() | {SessionStatus.TERMINATING}
 STARTUP_GRACE = 1.0
 
 
@@ -54,7 +53,7 @@ class ProvisioningRoute(RouteHandler):
         for route in rows:
             if route.session_id is None:
                 continue
-            if route.session_status in _ENDED:
+            if route.session_status in ENDED_SESSION:
                 result.failures[route.id] = f"replica session {route.session_status} before it served"
             elif route.session_status == SessionStatus.RUNNING and route.service_addr and _settled(route):
                 links.append(

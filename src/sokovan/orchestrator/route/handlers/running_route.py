@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sokovan.common.types import SessionStatus
-from sokovan.orchestrator.route.handler import R, RouteHandler, RouteTransitions
+from sokovan.orchestrator.route.handler import ENDED_SESSION, R, RouteHandler, RouteTransitions
 from sokovan.orchestrator.spine.outcome import OutcomeResult
 from sokovan.state.serving_reads import RouteRow
-
-_ENDED = SessionStatus.terminal() | {SessionStatus.TERMINATING}
 
 
 class RunningRoute(RouteHandler):
@@ -22,7 +19,7 @@ class RunningRoute(RouteHandler):
         for route in rows:
             if route.status == R.FAILED_TO_START:
                 result.failures[route.id] = "failed to start"
-            elif route.session_status is None or route.session_status in _ENDED:
+            elif route.session_status is None or route.session_status in ENDED_SESSION:
                 result.failures[route.id] = f"replica session {route.session_status or 'gone'}"
             else:
                 result.successes.append(route.id)
