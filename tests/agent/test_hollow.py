@@ -63,7 +63,7 @@ def test_hollow_ids() -> None:
 
 async def raw_call(fleet_addr: str, secret: str, method: str, body: BaseModel, agent_id: str) -> Any:
     data = body.model_dump_json().encode()
-    headers = signed_headers(secret, data, agent_id=agent_id) if secret else {}
+    headers = signed_headers(secret, data, method=method, agent_id=agent_id) if secret else {}
     return await post_rpc(fleet_addr, method, data, headers)
 
 
@@ -156,7 +156,9 @@ async def test_requests_the_fleet_cannot_serve_start_nothing(
 
     # A signature made for one agent does not hold when the header names another.
     data = CreateKernelsRequest(kernels=[rejected]).model_dump_json().encode()
-    headers = signed_headers(settings.cluster_secret or "", data, agent_id="hollow-0000")
+    headers = signed_headers(
+        settings.cluster_secret or "", data, method="create_kernels", agent_id="hollow-0000"
+    )
     headers["X-Sokovan-Agent"] = "hollow-0001"
     code, _ = await post_rpc(fleet.rpc_addr, "create_kernels", data, headers)
     assert code == 401

@@ -128,7 +128,7 @@ async def test_kernel_endpoints_cannot_start_or_destroy_anything(
     secret = settings.cluster_secret or ""
     for method, body in calls.items():
         data = body.model_dump_json().encode()
-        headers = signed_headers(secret, data, agent_id=AGENT) if signed else {}
+        headers = signed_headers(secret, data, method=method, agent_id=AGENT) if signed else {}
         for base in (addr, f"http://{fleet.rpc_addr}/kernels/no-such-kernel"):
             for path in (f"/rpc/{method}", f"/../../rpc/{method}", f"/%2e%2e/%2e%2e/rpc/{method}"):
                 status, answer = await request("POST", base + path, data=data, headers=headers)

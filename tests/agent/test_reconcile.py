@@ -134,7 +134,10 @@ async def test_unsigned_reconcile_is_401_and_publishes_nothing(
 ) -> None:
     rejected = item(None, "run")
     body = ReconcileRequest(kernels=[rejected]).model_dump_json().encode()
-    for headers in ({"Content-Type": "application/json"}, signed_headers("not-the-secret", body)):
+    for headers in (
+        {"Content-Type": "application/json"},
+        signed_headers("not-the-secret", body, method="reconcile"),
+    ):
         status, _ = await post_rpc(agent.rpc_addr, "reconcile", body, headers)
         assert status == 401
     await reconcile_and_collect(client, agent.rpc_addr, events, [])
@@ -143,7 +146,7 @@ async def test_unsigned_reconcile_is_401_and_publishes_nothing(
 
 @pytest.mark.parametrize("body", [b"{}", b'{"kernels": [{"kernel_id": "k1", "session_id": "s1"}]}'])
 async def test_invalid_reconcile_is_400(agent: AgentDaemon, body: bytes) -> None:
-    status, answer = await post_rpc(agent.rpc_addr, "reconcile", body, signed(agent, body))
+    status, answer = await post_rpc(agent.rpc_addr, "reconcile", body, signed(agent, body, method="reconcile"))
     assert status == 400
     assert answer["error"].startswith("invalid reconcile request")
 
@@ -207,7 +210,11 @@ async def test_hollow_reconcile_it_cannot_serve_publishes_nothing(
     rejected = item(None, "run")
     body = ReconcileRequest(kernels=[rejected]).model_dump_json().encode()
     secret = "" if case == "unsigned" else settings.cluster_secret or ""
-    headers = signed_headers(secret, body, agent_id=agent_id) if secret else {"X-Sokovan-Agent": agent_id}
+    headers = (
+        signed_headers(secret, body, method="reconcile", agent_id=agent_id)
+        if secret
+        else {"X-Sokovan-Agent": agent_id}
+    )
     code, _ = await post_rpc(fleet.rpc_addr, "reconcile", body, headers)
     assert code == status
     await reconcile_and_collect(client, fleet.rpc_addr, events, [], agent_id="hollow-0000")

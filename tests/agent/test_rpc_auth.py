@@ -10,12 +10,17 @@ from sokovan.agent.daemon import AgentDaemon
 from sokovan.common.rpc import AgentRPCClient, CreateKernelsRequest, signed_headers
 from tests.agent.conftest import AgentEvents, Empty, assert_nothing_started, post_rpc, signed, spec
 
+CREATE = "create_kernels"
 BAD_HEADERS = {
     "unsigned": lambda body, secret: {"Content-Type": "application/json"},
-    "wrong secret": lambda body, secret: signed_headers("not-the-secret", body),
-    "stale timestamp": lambda body, secret: signed_headers(secret, body, now=time.time() - 3600),
-    "future timestamp": lambda body, secret: signed_headers(secret, body, now=time.time() + 3600),
-    "signature of another body": lambda body, secret: signed_headers(secret, b"{}"),
+    "wrong secret": lambda body, secret: signed_headers("not-the-secret", body, method=CREATE),
+    "stale timestamp": lambda body, secret: signed_headers(
+        secret, body, method=CREATE, now=time.time() - 3600
+    ),
+    "future timestamp": lambda body, secret: signed_headers(
+        secret, body, method=CREATE, now=time.time() + 3600
+    ),
+    "signature of another body": lambda body, secret: signed_headers(secret, b"{}", method=CREATE),
 }
 
 
@@ -36,7 +41,9 @@ async def test_bad_signature_is_401_and_starts_nothing(
 
 async def test_unknown_method_is_404(agent: AgentDaemon) -> None:
     body = b"{}"
-    status, answer = await post_rpc(agent.rpc_addr, "format_disk", body, signed(agent, body))
+    status, answer = await post_rpc(
+        agent.rpc_addr, "format_disk", body, signed(agent, body, method="format_disk")
+    )
     assert status == 404
     assert "format_disk" in answer["error"]
 
@@ -52,7 +59,7 @@ async def test_unknown_method_is_404(agent: AgentDaemon) -> None:
     ],
 )
 async def test_invalid_body_is_400(agent: AgentDaemon, method: str, body: bytes) -> None:
-    status, answer = await post_rpc(agent.rpc_addr, method, body, signed(agent, body))
+    status, answer = await post_rpc(agent.rpc_addr, method, body, signed(agent, body, method=method))
     assert status == 400
     assert answer["error"].startswith(f"invalid {method} request")
     assert agent.backend.running_kernels() == []
@@ -63,7 +70,7 @@ async def test_request_for_another_agent_is_404_and_starts_nothing(
 ) -> None:
     rejected = spec("echo should-not-run")
     body = CreateKernelsRequest(kernels=[rejected]).model_dump_json().encode()
-    headers = signed(agent, body, agent_id="some-other-agent")
+    headers = signed(agent, body, method=CREATE, agent_id="some-other-agent")
     status, answer = await post_rpc(agent.rpc_addr, "create_kernels", body, headers)
     assert status == 404
     assert answer["error"].startswith("unknown agent 'some-other-agent'")

@@ -50,7 +50,7 @@ async def fake_agent(ctx: ManagerContext) -> AsyncIterator[str]:
 
     async def logs(request: web.Request) -> web.Response:
         body = await request.read()
-        if not check_signature(secret, body, request.headers):
+        if not check_signature(secret, body, request.headers, http_method=request.method, path=request.path):
             return web.Response(status=401)
         req = LogsRequest.model_validate_json(body)
         return web.json_response({"kernel_id": req.kernel_id, "stdout": "hello\n", "stderr": "warn\n"})

@@ -1,7 +1,10 @@
 """The agent's RPC server: `POST /rpc/{method}`, JSON bodies signed with the cluster secret.
 
 The signature is checked before anything else: an unsigned, wrongly signed or stale request is
-answered 401 and nothing runs. Then the request is routed by its `X-Sokovan-Agent` header (part
+answered 401 and nothing runs; so is a replay, a request whose nonce this process accepted
+already within the skew window (counted in `sokovan_rpc_replays_refused_total`). The signature
+covers the HTTP method and the path (see `common.rpc`), so a request signed for one method is
+refused on another. Then the request is routed by its `X-Sokovan-Agent` header (part
 of the signed payload) to one of the agents this address serves: a real agent takes requests
 without the header or with its own id, a hollow fleet the ids of its virtual agents; any other
 id is 404 and nothing runs. Then an unknown method is 404 and a body that does not validate is
@@ -14,6 +17,7 @@ A hollow fleet also serves its inference kernels' endpoints on this port (`extra
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -21,8 +25,10 @@ import structlog
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from sokovan.common.metrics import RPC_REPLAYS_REFUSED
 from sokovan.common.rpc import (
     AGENT_HEADER,
+    MAX_BODY,
     AcceptedResponse,
     CheckAndPullRequest,
     CreateKernelsRequest,
@@ -32,10 +38,13 @@ from sokovan.common.rpc import (
     ReconcileRequest,
     check_signature,
 )
+from sokovan.common.signing import NonceStore
 
 log = structlog.get_logger(__name__)
 
-MAX_BODY = 16 * 2**20
+# The nonces accepted by this process: every RPC server in it (a hollow fleet's, or tests' many
+# agents) shares them, as nonces are random and a replay to a sibling is a replay too.
+PROCESS_NONCES = NonceStore()
 
 
 class AgentRPCHandlers(Protocol):
@@ -120,6 +129,7 @@ class RPCServer:
     `route` maps the X-Sokovan-Agent header to the agent that serves the request (see
     `single_agent`); the daemon passes its own, a hollow fleet a lookup in its agents.
     `extra_routes` adds unsigned routes outside `/rpc/` (a hollow fleet's kernel endpoints).
+    `max_body` is the largest body read (else 413); `nonces` where accepted nonces are kept.
     """
 
     def __init__(
@@ -129,17 +139,22 @@ class RPCServer:
         host: str,
         port: int,
         extra_routes: Callable[[web.Application], None] | None = None,
+        *,
+        max_body: int = MAX_BODY,
+        nonces: NonceStore = PROCESS_NONCES,
     ) -> None:
         self._route = route
         self._extra_routes = extra_routes
         self._secret = secret
         self._host = host
         self._port = port
+        self._max_body = max_body
+        self._nonces = nonces
         self._runner: web.AppRunner | None = None
         self.bound_port: int | None = None
 
     async def start(self) -> None:
-        app = web.Application(client_max_size=MAX_BODY)
+        app = web.Application(client_max_size=self._max_body)
         app.router.add_post("/rpc/{method}", self._dispatch)
         if self._extra_routes is not None:
             self._extra_routes(app)
@@ -174,9 +189,17 @@ class RPCServer:
     async def _dispatch(self, request: web.Request) -> web.Response:
         body = await request.read()
         method_name = request.match_info["method"]
-        if not check_signature(self._secret, body, request.headers):
+        now = time.time()
+        signed = check_signature(
+            self._secret, body, request.headers, http_method=request.method, path=request.path, now=now
+        )
+        if signed is None:
             log.warning("rpc.unauthenticated", method=method_name, peer=request.remote)
             return _error(401, "missing, invalid or expired cluster-secret signature")
+        if not self._nonces.add(signed.nonce, signed.timestamp, now):
+            RPC_REPLAYS_REFUSED.inc()
+            log.warning("rpc.replayed", method=method_name, nonce=signed.nonce, peer=request.remote)
+            return _error(401, "replayed request: its nonce was seen already")
         agent_id = request.headers.get(AGENT_HEADER) or ""
         handlers = self._route(agent_id)
         if handlers is None:

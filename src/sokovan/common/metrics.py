@@ -89,3 +89,7 @@ MASS_SILENCE = Gauge(
     ["scaling_group"],
 )
 AGENT_DRAINS = Counter("sokovan_agent_drains_total", "Operator drains of agents", ["urgent"])
+RPC_REPLAYS_REFUSED = Counter(
+    "sokovan_rpc_replays_refused_total", "Agent RPC requests refused as replays (nonce seen)"
+)
+BUS_REFUSED = Counter("sokovan_bus_messages_refused_total", "Bus messages refused, by reason", ["reason"])

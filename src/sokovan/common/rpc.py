@@ -1,26 +1,51 @@
 """Agent RPC: JSON over HTTP, every request signed with the cluster secret.
 
-The signature covers a timestamp and the body, so a captured request cannot be replayed after
-`MAX_SKEW` seconds, and a caller without the secret is refused before anything runs.
+A request carries `X-Sokovan-Timestamp`, `X-Sokovan-Nonce`, `X-Sokovan-Signature` and (for the
+agent meant, as a hollow fleet serves many on one address) `X-Sokovan-Agent`. The signature is
+the HMAC-SHA256 (hex) with the cluster secret of the canonical string (`signing.canonical`)::
+
+    sokovan-rpc-v2\nPOST\n/rpc/<method>\n<agent id or empty>\n<timestamp>\n<nonce>\n<sha256 hex of body>
+
+so a captured request cannot be sent to another method (a prepare replayed as a start), another
+path or another agent, nor with another body; it is refused `MAX_SKEW` seconds either side of
+its time, and within that window the agent refuses its nonce a second time (a replay).
+
+Batches of kernels go to one agent in calls whose body stays under `BATCH_BODY_LIMIT`, half of
+the agent's `MAX_BODY`.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
 from pydantic import BaseModel, Field
 
-from sokovan.common.signing import sign, verify
+from sokovan.common.signing import (
+    SKEW,
+    canonical,
+    format_time,
+    new_nonce,
+    parse_time,
+    sign,
+    valid_nonce,
+    verify,
+    within_skew,
+)
 
 SIGNATURE_HEADER = "X-Sokovan-Signature"
 TIMESTAMP_HEADER = "X-Sokovan-Timestamp"
 # Which agent behind the address is meant (a hollow fleet serves many on one port). It is part of
 # the signed payload, so a signed request cannot be redirected to another agent.
 AGENT_HEADER = "X-Sokovan-Agent"
-MAX_SKEW = 300.0
+NONCE_HEADER = "X-Sokovan-Nonce"
+MAX_SKEW = SKEW
+RPC_TAG = "sokovan-rpc-v2"
+MAX_BODY = 16 * 2**20  # the largest request body an agent reads (else 413)
+BATCH_BODY_LIMIT = MAX_BODY // 2  # what the manager puts in one batched call, with room to spare
 
 
 class KernelSpec(BaseModel):
@@ -88,36 +113,64 @@ class AcceptedResponse(BaseModel):
 class RPCError(Exception):
     """The agent could not be reached, refused the call, or answered with an error."""
 
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status  # the HTTP status of the answer, None when there was none
 
-def _payload(ts: str, agent_id: str, body: bytes) -> bytes:
-    head = f"{ts}\n{agent_id}\n" if agent_id else f"{ts}\n"
-    return head.encode() + body
+
+def rpc_path(method: str) -> str:
+    return f"/rpc/{method}"
 
 
-def signed_headers(secret: str, body: bytes, now: float | None = None, agent_id: str = "") -> dict[str, str]:
-    ts = f"{now if now is not None else time.time():.3f}"
+def signed_headers(
+    secret: str,
+    body: bytes,
+    *,
+    method: str,
+    agent_id: str = "",
+    now: float | None = None,
+    nonce: str | None = None,
+) -> dict[str, str]:
+    """The headers of a `POST /rpc/<method>` with `body`, signed for `agent_id` ("" for none)."""
+    ts = format_time(now if now is not None else time.time())
+    nonce = nonce if nonce is not None else new_nonce()
+    payload = canonical(RPC_TAG, ["POST", rpc_path(method), agent_id], ts, nonce, body)
     headers = {
         "Content-Type": "application/json",
         TIMESTAMP_HEADER: ts,
-        SIGNATURE_HEADER: sign(secret, _payload(ts, agent_id, body)),
+        NONCE_HEADER: nonce,
+        SIGNATURE_HEADER: sign(secret, payload),
     }
     if agent_id:
         headers[AGENT_HEADER] = agent_id
     return headers
 
 
-def check_signature(secret: str, body: bytes, headers: Any, now: float | None = None) -> bool:
-    ts = headers.get(TIMESTAMP_HEADER)
-    sig = headers.get(SIGNATURE_HEADER)
-    if not ts or not sig:
-        return False
+@dataclass(frozen=True)
+class SignedRequest:
+    """What a valid signature vouches for: when it was signed, and its nonce (to refuse it twice)."""
+
+    timestamp: float
+    nonce: str
+
+
+def check_signature(
+    secret: str, body: bytes, headers: Any, *, http_method: str, path: str, now: float | None = None
+) -> SignedRequest | None:
+    """The request's signed time and nonce, or None when its signature is missing or wrong, its
+    timestamp malformed (`nan`, `inf`, ...) or outside the skew window. Replays are the caller's
+    to refuse (a `NonceStore`)."""
+    ts, nonce, sig = headers.get(TIMESTAMP_HEADER), headers.get(NONCE_HEADER), headers.get(SIGNATURE_HEADER)
+    timestamp = parse_time(ts)
+    if timestamp is None or not valid_nonce(nonce) or not sig:
+        return None
+    if not within_skew(timestamp, now if now is not None else time.time()):
+        return None
     try:
-        skew = abs((now if now is not None else time.time()) - float(ts))
+        payload = canonical(RPC_TAG, [http_method, path, headers.get(AGENT_HEADER) or ""], ts, nonce, body)
     except ValueError:
-        return False
-    if skew > MAX_SKEW:
-        return False
-    return verify(secret, _payload(ts, headers.get(AGENT_HEADER) or "", body), sig)
+        return None
+    return SignedRequest(timestamp, nonce) if verify(secret, payload, sig) else None
 
 
 class AgentRPCClient:
@@ -139,14 +192,13 @@ class AgentRPCClient:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=self._timeout)
         body = request.model_dump_json().encode()
-        url = f"http://{rpc_addr}/rpc/{method}"
+        url = f"http://{rpc_addr}{rpc_path(method)}"
+        headers = signed_headers(self._secret, body, method=method, agent_id=agent_id)
         try:
-            async with self._session.post(
-                url, data=body, headers=signed_headers(self._secret, body, agent_id=agent_id)
-            ) as resp:
+            async with self._session.post(url, data=body, headers=headers) as resp:
                 text = await resp.text()
                 if resp.status != 200:
-                    raise RPCError(f"{method} on {rpc_addr}: HTTP {resp.status}: {text[:200]}")
+                    raise RPCError(f"{method} on {rpc_addr}: HTTP {resp.status}: {text[:200]}", resp.status)
                 result: dict[str, Any] = json.loads(text)
                 return result
         except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError) as exc:
