@@ -146,7 +146,8 @@ async def test_unsigned_reconcile_is_401_and_publishes_nothing(
 
 @pytest.mark.parametrize("body", [b"{}", b'{"kernels": [{"kernel_id": "k1", "session_id": "s1"}]}'])
 async def test_invalid_reconcile_is_400(agent: AgentDaemon, body: bytes) -> None:
-    status, answer = await post_rpc(agent.rpc_addr, "reconcile", body, signed(agent, body, method="reconcile"))
+    headers = signed(agent, body, method="reconcile")
+    status, answer = await post_rpc(agent.rpc_addr, "reconcile", body, headers)
     assert status == 400
     assert answer["error"].startswith("invalid reconcile request")
 

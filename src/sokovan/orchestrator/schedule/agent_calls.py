@@ -1,4 +1,5 @@
-"""Fan a batch of kernels out to their agents: one RPC per agent, all agents concurrently."""
+"""Fan a batch of kernels out to their agents: all agents concurrently, calls of a size the agent
+takes to each (usually one)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 
-from sokovan.common.rpc import KernelSpec, RPCError
+from sokovan.common.rpc import KernelSpec
 from sokovan.orchestrator.hooks import hook_for
 from sokovan.orchestrator.schedule.handler import SessionResultT
+from sokovan.orchestrator.schedule.rpc_batches import Packed, pack, send_bisecting, too_large
 from sokovan.state.session_reads import KernelInfo, SessionWithKernels
 
 Target = tuple[str, str]  # (agent id, rpc address)
@@ -36,14 +38,18 @@ async def fan_out(
     sessions: Sequence[SessionWithKernels],
     pick: Callable[[KernelInfo], bool],
     call: Callable[[Target, Items], Awaitable[object]],
+    size: Callable[[KernelInfo], int] | None = None,
 ) -> SessionResultT:
     """Call `call((agent_id, agent_addr), [(session, kernel), ...])` for the kernels `pick` selects.
 
-    A session succeeds when every call that carried one of its kernels succeeded; a session
-    with no kernel to send succeeds at once. A kernel placed on an agent that is unknown fails.
+    With `size` (the bytes a kernel takes in a request body), the kernels for one agent go in
+    calls of whole sessions that stay under the body limit, one after another (`rpc_batches`);
+    without, in one call. A session succeeds when every call that carried one of its kernels
+    succeeded; a session with no kernel to send succeeds at once. A kernel placed on an agent that
+    is unknown fails, and so does a session too large for one call (alone).
     """
     result = SessionResultT()
-    per_agent: dict[Target, Items] = defaultdict(list)
+    per_agent: dict[Target, dict[uuid.UUID, Items]] = defaultdict(dict)
     failed: dict[uuid.UUID, str] = {}
     for session in sessions:
         for kernel in session.kernels:
@@ -52,17 +58,37 @@ async def fan_out(
             if kernel.agent_addr is None or kernel.agent_id is None:
                 failed[session.id] = f"kernel {kernel.id} has no reachable agent"
                 continue
-            per_agent[(kernel.agent_id, kernel.agent_addr)].append((session, kernel))
-    targets = list(per_agent)
-    outcomes = await asyncio.gather(*(call(t, per_agent[t]) for t in targets), return_exceptions=True)
-    for target, outcome in zip(targets, outcomes, strict=True):
-        if isinstance(outcome, BaseException):
-            reason = str(outcome) if isinstance(outcome, RPCError) else f"agent {target[0]}: {outcome!r}"
-            for session, _ in per_agent[target]:
-                failed.setdefault(session.id, reason)
+            per_agent[(kernel.agent_id, kernel.agent_addr)].setdefault(session.id, []).append(
+                (session, kernel)
+            )
+    outcomes = await asyncio.gather(*(_to_agent(t, items, call, size) for t, items in per_agent.items()))
+    for outcome in outcomes:
+        for session_id, reason in outcome.items():
+            failed.setdefault(session_id, reason)
     for session in sessions:
         if session.id in failed:
             result.failures[session.id] = failed[session.id]
         else:
             result.successes.append(session.id)
     return result
+
+
+async def _to_agent(
+    target: Target,
+    by_session: dict[uuid.UUID, Items],
+    call: Callable[[Target, Items], Awaitable[object]],
+    size: Callable[[KernelInfo], int] | None,
+) -> dict[uuid.UUID, str]:
+    """The calls to one agent, one after another: the sessions that failed, with why."""
+    if size is None:
+        packed: Packed[uuid.UUID] = Packed(calls=[list(by_session)])
+    else:
+        packed = pack([(sid, sum(size(k) for _, k in items)) for sid, items in by_session.items()])
+    failed = {sid: too_large(target[0], n) for sid, n in packed.oversized.items()}
+
+    async def send(session_ids: list[uuid.UUID]) -> object:
+        return await call(target, [item for sid in session_ids for item in by_session[sid]])
+
+    for session_ids in packed.calls:
+        failed.update(await send_bisecting(target[0], session_ids, send))
+    return failed

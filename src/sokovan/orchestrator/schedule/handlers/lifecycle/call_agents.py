@@ -4,7 +4,9 @@
 with kernel events (pulling, prepared, image-pull-failed) and PromoteToPrepared moves on.
 `START_SESSIONS` (PREPARED → CREATING): agents start the kernels; they answer with kernel events
 (running, creation-failed, terminated) and PromoteToRunning moves on.
-A failed call is a failure of that stage (retried, then the session is rescheduled).
+A failed call is a failure of that stage (retried, then the session is rescheduled). The kernels
+for one agent go in calls that stay under its body limit; a session too large for one call fails
+alone, never the others of the batch.
 """
 
 from __future__ import annotations
@@ -70,8 +72,11 @@ class CallAgents(SessionHandler):
         self._rpc = rpc
 
     async def execute(self, targets: Sequence[SessionWithKernels]) -> SessionResultT:
+        specs = {k.id: kernel_spec(s, k) for s in targets for k in s.kernels if k.status == self._call.kernel}
+        sizes = {kid: len(spec.model_dump_json()) + 1 for kid, spec in specs.items()}  # and its comma
+
         async def send(target: Target, items: Items) -> object:
             agent_id, addr = target
-            return await self._call.method(self._rpc, addr, [kernel_spec(s, k) for s, k in items], agent_id)
+            return await self._call.method(self._rpc, addr, [specs[k.id] for _, k in items], agent_id)
 
-        return await fan_out(targets, lambda k: k.status == self._call.kernel, send)
+        return await fan_out(targets, lambda k: k.status == self._call.kernel, send, lambda k: sizes[k.id])
