@@ -7,8 +7,7 @@ import uuid
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from sokovan.common.events import KernelRunning, KernelTerminated, decode_event, encode_event
-from sokovan.common.signing import sign
+from sokovan.common.events import KernelRunning, KernelTerminated, decode_event, encode_event, seal
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.db.models import Kernel
 from sokovan.state.kernel_events import KernelEventApplier, _coalesce, transition_for
@@ -96,5 +95,5 @@ def test_running_events_of_older_agents_still_decode() -> None:
     assert decode_event(encode_event(new, "secret"), "secret") == new
     old_body = '{"at": "2026-01-01T00:00:00Z", "agent_id": "a1", "kernel_id": "k", "session_id": "s", '
     old_body += '"name": "kernel.running", "pid": 3}'
-    old = decode_event({"data": old_body, "sig": sign("secret", old_body.encode())}, "secret")
+    old = decode_event(seal(old_body, "secret"), "secret")
     assert isinstance(old, KernelRunning) and (old.pid, old.service_addr) == (3, None)

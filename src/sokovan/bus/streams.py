@@ -5,11 +5,22 @@ and entries a crashed consumer left pending are claimed by another after `claim_
 Handlers must therefore be idempotent. The handler gets each read as one batch (in stream
 order), so that it can apply many events in a few statements; a batch that keeps failing is
 retried event by event, so one bad event cannot hold the others back.
+
+Every entry is signed (`common.events`) with the time it was signed and a nonce. The consumer
+refuses an entry whose signature does not hold, whose time is malformed or more than `SKEW`
+seconds from when Redis took the entry (the time in its id, which no writer can set in the past:
+so a backlog read late after an outage still counts, and an old entry put back is refused), and
+an entry whose nonce another entry carried before (a replay within the window). Nonces are kept
+cluster-wide, as the managers of a group share the stream: `SET <prefix>:bus:nonce:<nonce>
+<entry id> NX GET EX ...` for the whole read in one pipeline; the entry id as value lets the same
+entry, delivered again after a failed handler, pass. Refused entries are acknowledged (they
+would only fail again), logged, and counted in `sokovan_bus_messages_refused_total{reason}`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,7 +29,9 @@ import structlog
 from pydantic import BaseModel
 from redis.exceptions import ResponseError
 
-from sokovan.common.events import AgentEvent, BadEvent, decode_event, encode_event
+from sokovan.common.events import AgentEvent, BadEvent, SealedEvent, encode_event, open_event
+from sokovan.common.metrics import BUS_REFUSED
+from sokovan.common.signing import SKEW, within_skew
 
 log = structlog.get_logger(__name__)
 
@@ -28,6 +41,22 @@ MAXLEN = 100_000
 
 def stream_key(prefix: str) -> str:
     return f"{prefix}:events"
+
+
+def nonce_key(prefix: str, nonce: str) -> str:
+    return f"{prefix}:bus:nonce:{nonce}"
+
+
+def entry_time(entry_id: Any) -> float | None:
+    """When Redis took a stream entry (seconds), from its id `<ms>-<seq>`."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    ms, _, _ = text.partition("-")
+    return int(ms) / 1000 if ms.isdigit() else None
+
+
+def fresh(signed_at: float, added: float | None, now: float) -> bool:
+    """Signed within `SKEW` of when Redis took it, and not later than `SKEW` ahead of now."""
+    return added is not None and within_skew(signed_at, added) and signed_at <= now + SKEW
 
 
 async def consumer_backlog(redis: aioredis.Redis, prefix: str) -> int:
@@ -58,6 +87,13 @@ class EventPublisher:
 Handler = Callable[[list[AgentEvent]], Awaitable[None]]
 
 
+def _same_id(a: Any, b: Any) -> bool:
+    def text(v: Any) -> str:
+        return v.decode() if isinstance(v, bytes) else str(v)
+
+    return text(a) == text(b)
+
+
 class EventConsumer:
     """Reads the stream in the managers' group and hands each event to `handler`."""
 
@@ -75,6 +111,7 @@ class EventConsumer:
     ) -> None:
         self._redis = redis
         self._key = stream_key(prefix)
+        self._prefix = prefix
         self._secret = secret
         self._consumer = consumer
         self._handler = handler
@@ -126,15 +163,32 @@ class EventConsumer:
         ids: list[Any] = []
         events: list[AgentEvent] = []
         done: list[Any] = []
+        now = time.time()
+        signed: list[tuple[Any, SealedEvent, float]] = []
         for entry_id, fields in entries:
             if fields is None:  # trimmed by MAXLEN while pending
                 done.append(entry_id)
                 continue
             try:
-                events.append(decode_event(fields, self._secret))
-                ids.append(entry_id)
+                sealed = open_event(fields, self._secret)
             except BadEvent as exc:
-                log.warning("event.rejected", entry=entry_id, error=str(exc))
+                self._refuse(entry_id, exc.reason, str(exc))
+                done.append(entry_id)
+                continue
+            added = entry_time(entry_id)
+            if added is None or not fresh(sealed.timestamp, added, now):
+                self._refuse(entry_id, "time", f"signed at {sealed.timestamp}, taken at {added}")
+                done.append(entry_id)
+                continue
+            signed.append((entry_id, sealed, added))
+        for (entry_id, sealed, _), first in zip(signed, await self._first_seen(signed, now), strict=True):
+            if first:
+                events.append(sealed.event)
+                ids.append(entry_id)
+            else:
+                self._refuse(
+                    entry_id, "replayed", f"nonce {sealed.nonce} seen already", sealed.event.agent_id
+                )
                 done.append(entry_id)
         if events:
             if await self._handle(events):
@@ -145,6 +199,28 @@ class EventConsumer:
                         done.append(entry_id)
         if done:
             await self._redis.xack(self._key, GROUP, *done)
+
+    async def _first_seen(self, signed: list[tuple[Any, SealedEvent, float]], now: float) -> list[bool]:
+        """Whether each entry is the first to carry its nonce (or that entry again), in one round trip.
+
+        A nonce is kept for twice the window plus how late this read is, so that a copy put on the
+        stream within the window is still caught when the consumers lag behind."""
+        if not signed:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for entry_id, sealed, added in signed:
+                ttl = int(2 * SKEW + max(0.0, now - added)) + 1
+                pipe.set(nonce_key(self._prefix, sealed.nonce), entry_id, nx=True, get=True, ex=ttl)
+            owners: list[Any] = await pipe.execute()
+        return [
+            owner is None or _same_id(owner, entry_id)
+            for owner, (entry_id, _, _) in zip(owners, signed, strict=True)
+        ]
+
+    @staticmethod
+    def _refuse(entry_id: Any, reason: str, why: str, agent_id: str | None = None) -> None:
+        BUS_REFUSED.labels(reason=reason).inc()
+        log.warning("event.rejected", entry=entry_id, reason=reason, error=why, agent_id=agent_id)
 
     async def _handle(self, events: list[AgentEvent], tries: int = 3) -> bool:
         """Run the handler, retrying transient failures (e.g. a deadlock) a few times.

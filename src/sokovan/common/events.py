@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
 
-from sokovan.common.signing import sign, verify
+from sokovan.common.signing import canonical, format_time, new_nonce, parse_time, sign, valid_nonce, verify
 
 
 def utcnow() -> dt.datetime:
@@ -127,25 +129,76 @@ KERNEL_EVENT_TYPES = (
 
 
 class BadEvent(ValueError):
-    """A bus message that is unsigned, wrongly signed or malformed."""
+    """A bus message that is unsigned, wrongly signed or malformed; `reason` says which, for the
+    refusal count ("signature", "time", "malformed")."""
+
+    def __init__(self, message: str, reason: str = "signature") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+# A stream entry is `{"data": <event JSON>, "ts": <time>, "nonce": <nonce>, "sig": <signature>}`, the
+# signature covering `signing.canonical(EVENT_TAG, [EVENT_KIND], ts, nonce, data)`.
+EVENT_TAG = "sokovan-bus-v2"
+EVENT_KIND = "agent.event"
+
+
+@dataclass(frozen=True)
+class SealedEvent:
+    """An event whose signature holds, with the time it was signed and its nonce: the consumer
+    judges freshness and replay (`bus.streams`)."""
+
+    event: AgentEvent
+    timestamp: float
+    nonce: str
+
+
+def seal(data: str, secret: str, now: float | None = None, nonce: str | None = None) -> dict[str, str]:
+    """The fields of one stream entry carrying the event JSON `data`, signed now."""
+    ts = format_time(now if now is not None else time.time())
+    nonce = nonce if nonce is not None else new_nonce()
+    return {
+        "data": data,
+        "ts": ts,
+        "nonce": nonce,
+        "sig": sign(secret, canonical(EVENT_TAG, [EVENT_KIND], ts, nonce, data.encode())),
+    }
 
 
 def encode_event(event: BaseModel, secret: str) -> dict[str, str]:
-    """The fields of one stream entry: the JSON body and its signature."""
-    data = event.model_dump_json()
-    return {"data": data, "sig": sign(secret, data.encode())}
+    """The fields of one stream entry: the JSON body, when and with which nonce it was signed,
+    and the signature."""
+    return seal(event.model_dump_json(), secret)
+
+
+def _text(fields: dict[Any, Any], name: str) -> object:
+    value = fields.get(name.encode(), fields.get(name))
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            return None
+    return value
+
+
+def open_event(fields: dict[Any, Any], secret: str) -> SealedEvent:
+    """The event of a stream entry whose signature holds; BadEvent otherwise (the time it names
+    is checked to be a well-formed finite time, not yet to be recent)."""
+    raw, ts, nonce, sig = (_text(fields, n) for n in ("data", "ts", "nonce", "sig"))
+    timestamp = parse_time(ts)
+    if not (isinstance(raw, str) and isinstance(ts, str) and isinstance(nonce, str) and isinstance(sig, str)):
+        raise BadEvent("event without a signed envelope (data, ts, nonce, sig)")
+    if timestamp is None or not valid_nonce(nonce):
+        raise BadEvent(f"event signed with a malformed time {ts[:40]!r} or nonce {nonce[:40]!r}", "time")
+    if not verify(secret, canonical(EVENT_TAG, [EVENT_KIND], ts, nonce, raw.encode()), sig):
+        raise BadEvent("event without a valid cluster-secret signature")
+    try:
+        event = _adapter.validate_python(json.loads(raw))
+    except (ValueError, TypeError) as exc:
+        raise BadEvent(f"malformed event: {exc}", "malformed") from exc
+    return SealedEvent(event, timestamp, nonce)
 
 
 def decode_event(fields: dict[Any, Any], secret: str) -> AgentEvent:
-    raw = fields.get(b"data", fields.get("data"))
-    sig = fields.get(b"sig", fields.get("sig"))
-    if isinstance(raw, bytes):
-        raw = raw.decode()
-    if isinstance(sig, bytes):
-        sig = sig.decode()
-    if not isinstance(raw, str) or not verify(secret, raw.encode(), sig):
-        raise BadEvent("event without a valid cluster-secret signature")
-    try:
-        return _adapter.validate_python(json.loads(raw))
-    except (ValueError, TypeError) as exc:
-        raise BadEvent(f"malformed event: {exc}") from exc
+    """The event of a stream entry whose signature holds (freshness not judged); BadEvent otherwise."""
+    return open_event(fields, secret).event

@@ -127,6 +127,8 @@ class Agent(Base):
     boot_id: Mapped[str] = mapped_column(String(64), nullable=False)
     heartbeat_seq: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
     last_heartbeat_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    # When the agent signed the last heartbeat accepted (its own clock): an older beat is refused.
+    heartbeat_signed_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
     schedulable: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("true"))
     max_kernels: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # The kernels the agent reported running in its last heartbeat (for reconciliation).

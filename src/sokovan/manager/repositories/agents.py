@@ -1,9 +1,11 @@
 """Agents as the manager learns them from heartbeats.
 
 A batch of heartbeats is written in one transaction: the agents' rows are locked in id order,
-each beat is checked against the agent's boot and sequence (a beat whose sequence does not grow
-within its boot is a replay: refused and counted, on the agent and in
-`sokovan_heartbeats_replayed_total`), and the status moves the beat makes (`agent_beats`) are
+each beat is checked against the agent's boot and sequence and the time it was signed (a beat
+whose sequence does not grow within its boot, or that the agent signed before the last beat
+accepted from it, whatever its boot, is a replay: refused and counted, on the agent and in
+`sokovan_heartbeats_replayed_total`; so an old registration's beat cannot bring the agent
+back), and the status moves the beat makes (`agent_beats`) are
 written with their history. Silence is judged elsewhere (the orchestrator's node lifecycle lane).
 """
 
@@ -51,19 +53,24 @@ def _by_agent(beats: Sequence[AgentHeartbeat]) -> dict[str, list[AgentHeartbeat]
     return dict(sorted(out.items()))
 
 
+def _aware(at: dt.datetime) -> dt.datetime:
+    return at if at.tzinfo is not None else at.replace(tzinfo=dt.UTC)
+
+
 def _accepted(
-    beats: Sequence[AgentHeartbeat], boot: str | None, seq: int
+    beats: Sequence[AgentHeartbeat], boot: str | None, seq: int, signed_at: dt.datetime | None = None
 ) -> tuple[AgentHeartbeat | None, int]:
-    """The beat that counts (the last one that is not a replay) and how many were replays: within
-    one boot, a beat whose sequence is not above every one seen before it (stored or earlier in
-    the batch)."""
+    """The beat that counts (the last one that is not a replay) and how many were replays: a beat
+    signed before the last one accepted (stored or earlier in the batch), and within one boot a
+    beat whose sequence is not above every one seen before it."""
     last: AgentHeartbeat | None = None
     replays = 0
     for hb in beats:
-        if hb.boot_id == boot and hb.seq <= seq:
+        at = _aware(hb.at)
+        if (signed_at is not None and at < signed_at) or (hb.boot_id == boot and hb.seq <= seq):
             replays += 1
             continue
-        last, boot, seq = hb, hb.boot_id, hb.seq
+        last, boot, seq, signed_at = hb, hb.boot_id, hb.seq, at
     return last, replays
 
 
@@ -79,6 +86,7 @@ def _beat_columns(hb: AgentHeartbeat, now: dt.datetime) -> dict[str, Any]:
         "images": sorted(hb.images),
         "boot_id": hb.boot_id,
         "heartbeat_seq": hb.seq,
+        "heartbeat_signed_at": _aware(hb.at),
         "last_heartbeat_at": now,
         "max_kernels": hb.max_kernels,
         "running_kernels": hb.running_kernels,
@@ -114,6 +122,7 @@ async def record_heartbeats(engine: AsyncEngine, beats: Sequence[AgentHeartbeat]
                     Agent.status,
                     Agent.boot_id,
                     Agent.heartbeat_seq,
+                    Agent.heartbeat_signed_at,
                     Agent.disabled,
                     Agent.boot_failures,
                 )
@@ -132,6 +141,7 @@ async def record_heartbeats(engine: AsyncEngine, beats: Sequence[AgentHeartbeat]
                 agent_beats,
                 row.boot_id if row is not None else None,
                 row.heartbeat_seq if row is not None else 0,
+                row.heartbeat_signed_at if row is not None else None,
             )
             if replayed:
                 replays[agent_id] = replayed
