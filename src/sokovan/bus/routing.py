@@ -9,7 +9,15 @@
 - **Proxies** register their public URL with a time-to-live, so a deployment can show its endpoint.
 
 Every value is signed with the cluster secret, like every other message on the bus: a process
-without it can neither steer traffic nor fake a replica's health.
+without it can neither steer traffic nor fake a replica's health. A sealed value is
+`{"body", "ts", "nonce", "sig"}`, the signature covering `signing.canonical(ROUTING_TAG, [kind,
+key], ts, nonce, body)`: its kind ("table", "health", "proxy") and key (the route or proxy id)
+are signed, so a healthy report cannot be copied onto another route nor a registration onto
+another proxy; a value whose time is malformed (`nan`, `inf`, ...) or more than the skew window
+ahead is refused. These are values read many times by design (every proxy reads the table, the
+coordinator every report), not messages consumed once, so a nonce is not refused when seen
+again; an old value put back is judged by its own time (reports by `last_checked_at`,
+registrations by `at`, the table by `generated_at`).
 """
 
 from __future__ import annotations
@@ -23,7 +31,19 @@ from typing import Any
 import redis.asyncio as aioredis
 from pydantic import BaseModel, Field, ValidationError
 
-from sokovan.common.signing import sign, verify
+from sokovan.common.signing import (
+    SKEW,
+    canonical,
+    format_time,
+    new_nonce,
+    parse_time,
+    sign,
+    valid_nonce,
+    verify,
+)
+
+ROUTING_TAG = "sokovan-routing-v2"
+TABLE, HEALTH, PROXY = "table", "health", "proxy"  # the kinds of sealed values
 
 
 class HealthCheck(BaseModel):
@@ -87,29 +107,38 @@ def proxies_key(prefix: str) -> str:
     return f"{prefix}:routing:proxies"
 
 
-def _seal(secret: str, value: BaseModel) -> str:
+def _seal(secret: str, kind: str, key: str, value: BaseModel) -> str:
     body = value.model_dump_json()
-    return json.dumps({"body": body, "sig": sign(secret, body.encode())})
+    ts, nonce = format_time(time.time()), new_nonce()
+    sig = sign(secret, canonical(ROUTING_TAG, [kind, key], ts, nonce, body.encode()))
+    return json.dumps({"body": body, "ts": ts, "nonce": nonce, "sig": sig})
 
 
-def _open(secret: str, raw: bytes | str | None) -> str | None:
+def _open(secret: str, kind: str, key: str, raw: bytes | str | None) -> str | None:
+    """The body of a sealed value of `kind` under `key` whose signature and time hold, else None."""
     if raw is None:
         return None
     try:
         sealed = json.loads(raw)
-        body = sealed["body"]
-        return body if isinstance(body, str) and verify(secret, body.encode(), sealed.get("sig")) else None
+        body, ts, nonce, sig = sealed["body"], sealed["ts"], sealed["nonce"], sealed["sig"]
+        timestamp = parse_time(ts)
+        if not isinstance(body, str) or timestamp is None or not valid_nonce(nonce):
+            return None
+        if timestamp > time.time() + SKEW:
+            return None
+        payload = canonical(ROUTING_TAG, [kind, key], ts, nonce, body.encode())
+        return body if verify(secret, payload, sig) else None
     except (ValueError, KeyError, TypeError):
         return None
 
 
 async def publish_table(redis: aioredis.Redis, prefix: str, secret: str, table: RoutingTable) -> None:
-    await redis.set(table_key(prefix), _seal(secret, table))
+    await redis.set(table_key(prefix), _seal(secret, TABLE, "", table))
     await redis.publish(table_channel(prefix), str(table.generated_at))
 
 
 async def read_table(redis: aioredis.Redis, prefix: str, secret: str) -> RoutingTable | None:
-    body = _open(secret, await redis.get(table_key(prefix)))
+    body = _open(secret, TABLE, "", await redis.get(table_key(prefix)))
     try:
         return RoutingTable.model_validate_json(body) if body is not None else None
     except ValidationError:
@@ -118,7 +147,10 @@ async def read_table(redis: aioredis.Redis, prefix: str, secret: str) -> Routing
 
 async def write_reports(redis: aioredis.Redis, prefix: str, secret: str, reports: list[HealthReport]) -> None:
     if reports:
-        await redis.hset(health_key(prefix), mapping={str(r.route_id): _seal(secret, r) for r in reports})
+        await redis.hset(
+            health_key(prefix),
+            mapping={str(r.route_id): _seal(secret, HEALTH, str(r.route_id), r) for r in reports},
+        )
 
 
 async def read_reports(
@@ -129,7 +161,7 @@ async def read_reports(
     raws: list[Any] = await redis.hmget(health_key(prefix), [str(r) for r in route_ids])
     out: dict[uuid.UUID, HealthReport] = {}
     for rid, raw in zip(route_ids, raws, strict=True):
-        body = _open(secret, raw)
+        body = _open(secret, HEALTH, str(rid), raw)
         if body is None:
             continue
         try:
@@ -150,7 +182,11 @@ class ProxyRegistration(BaseModel):
 
 
 async def register_proxy(redis: aioredis.Redis, prefix: str, secret: str, proxy_id: str, url: str) -> None:
-    await redis.hset(proxies_key(prefix), proxy_id, _seal(secret, ProxyRegistration(url=url, at=time.time())))
+    await redis.hset(
+        proxies_key(prefix),
+        proxy_id,
+        _seal(secret, PROXY, proxy_id, ProxyRegistration(url=url, at=time.time())),
+    )
 
 
 async def unregister_proxy(redis: aioredis.Redis, prefix: str, proxy_id: str) -> None:
@@ -162,8 +198,9 @@ async def proxy_urls(redis: aioredis.Redis, prefix: str, secret: str, max_age: f
     raws: dict[Any, Any] = await redis.hgetall(proxies_key(prefix))
     now = time.time()
     found: list[ProxyRegistration] = []
-    for raw in raws.values():
-        body = _open(secret, raw)
+    for proxy_id, raw in raws.items():
+        key = proxy_id.decode() if isinstance(proxy_id, bytes) else str(proxy_id)
+        body = _open(secret, PROXY, key, raw)
         if body is None:
             continue
         try:
