@@ -122,6 +122,45 @@ async def fetch_sessions(
     `where` is a handler's own extra condition. With `window` (the placement lane), the fair
     window replaces `limit`: see the module's docstring.
     """
+    query = sessions_query(
+        statuses,
+        kernel_statuses,
+        limit,
+        match=match,
+        changed_before=changed_before,
+        where=where,
+        window=window,
+        now=now,
+    )
+    rows = (await conn.execute(query)).all()
+    if not rows:
+        return []
+    ids_read = [r.id for r in rows]
+    kernels = await _fetch_kernels(conn, ids_read)
+    deps: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
+    if SessionStatus.PENDING in statuses:
+        dep_rows = await conn.execute(
+            select(SessionDependency.session_id, SessionDependency.depends_on).where(
+                SessionDependency.session_id.in_(ids_read)
+            )
+        )
+        for sid, dep in dep_rows:
+            deps[sid].append(dep)
+    return [_session(r, kernels.get(r.id, []), tuple(deps.get(r.id, ()))) for r in rows]
+
+
+def sessions_query(
+    statuses: frozenset[SessionStatus],
+    kernel_statuses: frozenset[KernelStatus] | None = None,
+    limit: int = BATCH_LIMIT,
+    *,
+    match: KernelMatchType | None = None,
+    changed_before: dt.datetime | None = None,
+    where: ColumnElement[bool] | None = None,
+    window: PlacementWindow | None = None,
+    now: dt.datetime | None = None,
+) -> Select[Any]:
+    """The statement `fetch_sessions` reads the session rows with (its arguments' meaning)."""
     conditions: list[ColumnElement[bool]] = [Session.status.in_([s.value for s in statuses])]
     kernel_cond = _kernel_condition(kernel_statuses, match)
     if kernel_cond is not None:
@@ -140,21 +179,7 @@ async def fetch_sessions(
     else:
         ids = _window_ids(conditions, window, now or dt.datetime.now(dt.UTC))
         query = query.where(Session.id.in_(select(ids.c.id)))
-    rows = (await conn.execute(query)).all()
-    if not rows:
-        return []
-    ids_read = [r.id for r in rows]
-    kernels = await _fetch_kernels(conn, ids_read)
-    deps: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
-    if SessionStatus.PENDING in statuses:
-        dep_rows = await conn.execute(
-            select(SessionDependency.session_id, SessionDependency.depends_on).where(
-                SessionDependency.session_id.in_(ids_read)
-            )
-        )
-        for sid, dep in dep_rows:
-            deps[sid].append(dep)
-    return [_session(r, kernels.get(r.id, []), tuple(deps.get(r.id, ()))) for r in rows]
+    return query
 
 
 def _kernel_condition(

@@ -24,9 +24,9 @@ they mean. `name` (what the history shows) is the class name unless the class or
 from __future__ import annotations
 
 import abc
+import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
-import datetime as dt
 from typing import Any
 
 from sqlalchemy import ColumnElement
