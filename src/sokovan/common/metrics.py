@@ -89,3 +89,4 @@ MASS_SILENCE = Gauge(
     ["scaling_group"],
 )
 AGENT_DRAINS = Counter("sokovan_agent_drains_total", "Operator drains of agents", ["urgent"])
+RETENTION_REMOVED = Counter("sokovan_retention_removed_total", "Rows removed by retention, by kind", ["kind"])
