@@ -352,6 +352,7 @@ def test_never_retried_set() -> None:
         FailureCause.VALIDATION_ERROR,
         FailureCause.QUOTA_EXCEEDED,
         FailureCause.DEPENDENCY_FAILED,
+        FailureCause.LIFETIME_EXCEEDED,
     } == NEVER_RETRIED
 
 

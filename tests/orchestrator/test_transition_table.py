@@ -26,6 +26,7 @@ from sokovan.orchestrator.schedule.handlers.lifecycle.call_agents import (
     START_SESSIONS,
     CallAgents,
 )
+from sokovan.orchestrator.schedule.handlers.lifecycle.enforce_lifetime import EnforceLifetime
 from sokovan.orchestrator.schedule.handlers.lifecycle.schedule_new_sessions import ScheduleNewSessions
 from sokovan.orchestrator.schedule.handlers.lifecycle.terminate_sessions import TerminateSessions
 from sokovan.state.session_reads import SessionWithKernels
@@ -77,6 +78,12 @@ TABLE: list[
             "EXPIRED": (S.TERMINATED, K.TERMINATED),
             "GIVE_UP": (S.TERMINATED, K.TERMINATED),
         },
+    ),
+    (
+        # No phase: it has no timeout or tries to give up on; its kernels are TerminateSessions'.
+        EnforceLifetime(None),  # type: ignore[arg-type]
+        (S.RUNNING, K.RUNNING),
+        {"SUCCESS": (S.TERMINATING, K.RUNNING), "NEED_RETRY": (S.RUNNING, K.RUNNING)},
     ),
 ]
 CASES = [(h, start, outcome, want) for h, start, table in TABLE for outcome, want in table.items()]

@@ -93,3 +93,4 @@ RPC_REPLAYS_REFUSED = Counter(
     "sokovan_rpc_replays_refused_total", "Agent RPC requests refused as replays (nonce seen)"
 )
 BUS_REFUSED = Counter("sokovan_bus_messages_refused_total", "Bus messages refused, by reason", ["reason"])
+RETENTION_REMOVED = Counter("sokovan_retention_removed_total", "Rows removed by retention, by kind", ["kind"])

@@ -53,13 +53,15 @@ class RetryEligibleCause(enum.StrEnum):
 
 # Causes that are never retried, whatever a policy says: they are permanent by definition (a
 # user's cancel, a request that can never be valid, a quota, and a dependency that ended badly
-# stays ended). None of them is a RetryEligibleCause, so no policy can make one eligible.
+# stays ended; a session ended for running past its max_session_lifetime would only do so again).
+# None of them is a RetryEligibleCause, so no policy can make one eligible.
 NEVER_RETRIED: frozenset[FailureCause] = frozenset(
     {
         FailureCause.USER_CANCELLED,
         FailureCause.VALIDATION_ERROR,
         FailureCause.QUOTA_EXCEEDED,
         FailureCause.DEPENDENCY_FAILED,
+        FailureCause.LIFETIME_EXCEEDED,
     }
 )
 

@@ -165,6 +165,7 @@ class FailureCause(enum.StrEnum):
     QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
     DEPENDENCY_FAILED = "DEPENDENCY_FAILED"
     NODE_DRAINED = "NODE_DRAINED"
+    LIFETIME_EXCEEDED = "LIFETIME_EXCEEDED"
 
 
 class SessionType(enum.StrEnum):

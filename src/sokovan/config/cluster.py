@@ -111,6 +111,21 @@ class NodeLifecycleSettings(_Strict):
         return self
 
 
+class RetentionSettings(_Strict):
+    """How long terminal sessions (with their kernels and history) are kept after they ended, in
+    days (fractions allowed); older ones are removed by the maintenance lane. The audit log stays."""
+
+    retention_days: float = Field(30.0, gt=0, le=36500, allow_inf_nan=False)
+
+
+class PlacementWindowSettings(_Strict):
+    """The placement lane's read: at most `limit` pending sessions a cycle, and at most `per_owner`
+    of them from one keypair in one scaling group, so no owner's queue hides another's."""
+
+    limit: int = Field(5000, ge=1, le=100000)
+    per_owner: int = Field(500, ge=1, le=100000)
+
+
 # section → the type its JSON value must validate as; the live attribute is the last path part.
 SECTIONS: dict[str, Any] = {
     "manager/loops": LoopSettings,
@@ -120,6 +135,8 @@ SECTIONS: dict[str, Any] = {
     # Native session retry: the cluster retry default (a bare RetryPolicy object) and the kill switch.
     "manager/retry_policy_default": RetryPolicy,
     "manager/retry_enabled": StrictBool,
+    "manager/retention": RetentionSettings,
+    "manager/placement_window": PlacementWindowSettings,
 }
 RETRY_POLICY_DEFAULT = "manager/retry_policy_default"
 RETRY_ENABLED = "manager/retry_enabled"
@@ -146,6 +163,8 @@ class ClusterConfig:
         # Native session retry. Shipped default: max_retries 0, so nothing is retried unless asked for.
         self.retry_policy_default: RetryPolicy = RetryPolicy()
         self.retry_enabled: bool = True  # the kill switch: False stops every new retry at once
+        self.retention = RetentionSettings()
+        self.placement_window = PlacementWindowSettings()
 
     def apply(self, section: str, raw: bytes | None) -> bool:
         """Validate and apply one section; False (and nothing changed) when the value is invalid."""

@@ -151,6 +151,12 @@ class Session(Base):
         UniqueConstraint("access_key", "creation_id"),
         Index("ix_sessions_status_sg", "status", "scaling_group"),
         Index("ix_sessions_access_key_created", "access_key", "created_at"),
+        # Retention picks the oldest ended sessions.
+        Index(
+            "ix_sessions_terminated_at",
+            "terminated_at",
+            postgresql_where=column("terminated_at").is_not(None),
+        ),
     )
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
     name: Mapped[str] = mapped_column(String(128), nullable=False)

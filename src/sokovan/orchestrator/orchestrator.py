@@ -58,6 +58,7 @@ from sokovan.orchestrator.schedule.handlers.lifecycle.call_agents import (
     START_SESSIONS,
     CallAgents,
 )
+from sokovan.orchestrator.schedule.handlers.lifecycle.enforce_lifetime import EnforceLifetime
 from sokovan.orchestrator.schedule.handlers.lifecycle.schedule_new_sessions import ScheduleNewSessions
 from sokovan.orchestrator.schedule.handlers.lifecycle.terminate_sessions import TerminateSessions
 from sokovan.orchestrator.schedule.handlers.promotion.promote_sessions import PromoteSessions
@@ -83,6 +84,7 @@ def session_lanes(
     return {
         # Failures and terminations first: they free resources.
         "end": [
+            EnforceLifetime(engine),
             PromoteSessions(DETECT_STARTUP_FAILURE),
             PromoteSessions(DETECT_TERMINATION),
             TerminateSessions(rpc, force_after=lambda: cfg.phases.terminate.timeout / 2),

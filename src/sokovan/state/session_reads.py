@@ -3,6 +3,12 @@
 `SessionWithKernels` is what every session handler and the placement pipeline see; `fetch_sessions`
 reads a batch of them, deciding a promotion's kernel condition (ALL / ANY / NOT_ANY) in SQL so that
 an idle cycle reads nothing.
+
+The placement lane reads through a `PlacementWindow` instead of "the oldest N": at most `per_owner`
+pending sessions of each (scaling group, keypair), taken round-robin across owners (every owner's
+first before anyone's second) up to `limit`, so one owner's queue, however long, never hides
+another's. Sessions blocked on a dependency that has not ended are left out in SQL; they are read
+only to be told why they wait (once, while they have no pending_reason) and to expire.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import exists, select
+from sqlalchemy import ColumnElement, Interval, Select, and_, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.slots import ResourceSlots
@@ -24,6 +30,15 @@ from sokovan.db.models import Agent, Kernel, ScalingGroup, Session, SessionDepen
 from sokovan.state.status_info import SessionStatusInfo, status_info_of
 
 BATCH_LIMIT = 5000
+
+
+@dataclass(frozen=True)
+class PlacementWindow:
+    """How the placement lane's read is bounded: `limit` sessions in all, `per_owner` per
+    (scaling group, keypair)."""
+
+    limit: int = BATCH_LIMIT
+    per_owner: int = 500
 
 
 @dataclass(frozen=True)
@@ -95,47 +110,133 @@ async def fetch_sessions(
     *,
     match: KernelMatchType | None = None,
     changed_before: dt.datetime | None = None,
+    where: ColumnElement[bool] | None = None,
+    window: PlacementWindow | None = None,
+    now: dt.datetime | None = None,
 ) -> list[SessionWithKernels]:
     """Sessions in `statuses`, oldest first.
 
     `kernel_statuses` alone keeps sessions having a kernel in those statuses. With `match`, the
     ALL / ANY / NOT_ANY condition of a promotion is evaluated in SQL, so only sessions that meet
-    it are read. `changed_before` keeps sessions that entered their status before that time.
+    it are read. `changed_before` keeps sessions that entered their status before that time;
+    `where` is a handler's own extra condition. With `window` (the placement lane), the fair
+    window replaces `limit`: see the module's docstring.
     """
-    query = (
-        select(*Session.__table__.c, ScalingGroup.pending_timeout)
-        .join(ScalingGroup, ScalingGroup.name == Session.scaling_group)
-        .where(Session.status.in_([s.value for s in statuses]))
-        .order_by(Session.created_at, Session.id)
-        .limit(limit)
+    query = sessions_query(
+        statuses,
+        kernel_statuses,
+        limit,
+        match=match,
+        changed_before=changed_before,
+        where=where,
+        window=window,
+        now=now,
     )
-    if kernel_statuses is not None:
-        listed = [k.value for k in kernel_statuses]
-        has = exists().where(Kernel.session_id == Session.id, Kernel.status.in_(listed))
-        has_other = exists().where(Kernel.session_id == Session.id, Kernel.status.not_in(listed))
-        if match is None or match is KernelMatchType.ANY:
-            query = query.where(has)
-        elif match is KernelMatchType.NOT_ANY:
-            query = query.where(~has)
-        else:
-            query = query.where(~has_other)
-    if changed_before is not None:
-        query = query.where(Session.status_changed_at < changed_before)
     rows = (await conn.execute(query)).all()
     if not rows:
         return []
-    ids = [r.id for r in rows]
-    kernels = await _fetch_kernels(conn, ids)
+    ids_read = [r.id for r in rows]
+    kernels = await _fetch_kernels(conn, ids_read)
     deps: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
     if SessionStatus.PENDING in statuses:
         dep_rows = await conn.execute(
             select(SessionDependency.session_id, SessionDependency.depends_on).where(
-                SessionDependency.session_id.in_(ids)
+                SessionDependency.session_id.in_(ids_read)
             )
         )
         for sid, dep in dep_rows:
             deps[sid].append(dep)
     return [_session(r, kernels.get(r.id, []), tuple(deps.get(r.id, ()))) for r in rows]
+
+
+def sessions_query(
+    statuses: frozenset[SessionStatus],
+    kernel_statuses: frozenset[KernelStatus] | None = None,
+    limit: int = BATCH_LIMIT,
+    *,
+    match: KernelMatchType | None = None,
+    changed_before: dt.datetime | None = None,
+    where: ColumnElement[bool] | None = None,
+    window: PlacementWindow | None = None,
+    now: dt.datetime | None = None,
+) -> Select[Any]:
+    """The statement `fetch_sessions` reads the session rows with (its arguments' meaning)."""
+    conditions: list[ColumnElement[bool]] = [Session.status.in_([s.value for s in statuses])]
+    kernel_cond = _kernel_condition(kernel_statuses, match)
+    if kernel_cond is not None:
+        conditions.append(kernel_cond)
+    if changed_before is not None:
+        conditions.append(Session.status_changed_at < changed_before)
+    if where is not None:
+        conditions.append(where)
+    query = (
+        select(*Session.__table__.c, ScalingGroup.pending_timeout)
+        .join(ScalingGroup, ScalingGroup.name == Session.scaling_group)
+        .order_by(Session.created_at, Session.id)
+    )
+    if window is None:
+        query = query.where(*conditions).limit(limit)
+    else:
+        ids = _window_ids(conditions, window, now or dt.datetime.now(dt.UTC))
+        query = query.where(Session.id.in_(select(ids.c.id)))
+    return query
+
+
+def _kernel_condition(
+    kernel_statuses: frozenset[KernelStatus] | None, match: KernelMatchType | None
+) -> ColumnElement[bool] | None:
+    if kernel_statuses is None:
+        return None
+    listed = [k.value for k in kernel_statuses]
+    has = exists().where(Kernel.session_id == Session.id, Kernel.status.in_(listed))
+    if match is None or match is KernelMatchType.ANY:
+        return has
+    if match is KernelMatchType.NOT_ANY:
+        return ~has
+    return ~exists().where(Kernel.session_id == Session.id, Kernel.status.not_in(listed))
+
+
+def dependency_blocked() -> ColumnElement[bool]:
+    """The session depends on a session that has not ended yet (it cannot be placed; a dependency
+    that ended, well or badly, is the dependency validator's to judge)."""
+    dep = Session.__table__.alias("dep")
+    return exists().where(
+        SessionDependency.session_id == Session.id,
+        dep.c.id == SessionDependency.depends_on,
+        dep.c.status.in_([s.value for s in SessionStatus.non_terminal()]),
+    )
+
+
+def _window_ids(conditions: list[ColumnElement[bool]], window: PlacementWindow, now: dt.datetime) -> Any:
+    """The ids in the fair placement window (a subquery with one column, `id`)."""
+    expired = and_(
+        ScalingGroup.pending_timeout > 0,
+        Session.status_changed_at
+        + func.make_interval(0, 0, 0, 0, 0, 0, ScalingGroup.pending_timeout, type_=Interval)
+        < now,
+    )
+    told = Session.status_info["pending_reason"].is_not(None)
+    rank = (
+        func.row_number()
+        .over(
+            partition_by=(Session.scaling_group, Session.access_key),
+            order_by=(Session.priority.desc(), Session.created_at, Session.id),
+        )
+        .label("rank")
+    )
+    ranked: Select[Any] = (
+        select(Session.id, Session.priority, Session.created_at, rank)
+        .join(ScalingGroup, ScalingGroup.name == Session.scaling_group)
+        .where(*conditions, or_(~dependency_blocked(), ~told, expired))
+    )
+    sub = ranked.subquery("ranked")
+    return (
+        select(sub.c.id)
+        .where(sub.c.rank <= window.per_owner)
+        .order_by(sub.c.rank, sub.c.priority.desc(), sub.c.created_at, sub.c.id)
+        .limit(window.limit)
+        .subquery("window")
+    )
 
 
 async def _fetch_kernels(

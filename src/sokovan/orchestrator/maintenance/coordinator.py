@@ -2,8 +2,9 @@
 
 Each cycle: kernels whose events seem lost are reconciled with their agents; live kernels of ended
 sessions are ended and counted as drift, and processes agents still run for ended kernels are
-destroyed. Runs under its own cluster-wide lock, like every periodic task. (Agents that stop
-heartbeating are the node lifecycle lane's: `orchestrator.node`.)"""
+destroyed; and, every `Retention.every` seconds, old terminal sessions are removed (`retention`).
+Runs under its own cluster-wide lock, like every periodic task. (Agents that stop heartbeating are
+the node lifecycle lane's: `orchestrator.node`.)"""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.locks import CycleLock, run_exclusive
 from sokovan.orchestrator.maintenance.leak_repair import LeakRepair
 from sokovan.orchestrator.maintenance.reconciler import KernelReconciler
+from sokovan.orchestrator.maintenance.retention import Retention
 
 
 class MaintenanceCoordinator:
@@ -31,10 +33,13 @@ class MaintenanceCoordinator:
         self._lock = lock
         self.reconciler = KernelReconciler(engine, rpc)
         self.leaks = LeakRepair(engine, rpc)
+        self.retention = Retention(engine, lambda: config.retention.retention_days)
 
     async def cycle(self) -> bool:
         return await run_exclusive(self._lock, self.name, self._cycle)
 
     async def _cycle(self) -> bool:
         await self.reconciler.run(self._config.maintenance.reconcile_after)
-        return bool(await self.leaks.run())
+        ended = bool(await self.leaks.run())
+        await self.retention.maybe_run()  # removes only what nothing reads: wakes no one
+        return ended

@@ -10,7 +10,12 @@ declares the same things, read the same way by the `ScheduleCoordinator`:
 - `expires_in`: the statuses in which a session that waits past the phase's timeout expires
   (None: every target status);
 - `transitions`: its `StatusTransitions` table — where success, need_retry, expired and give_up
-  take the session and its kernels.
+  take the session and its kernels;
+- `placement_window`: read through the fair placement window (`manager/placement_window`: a
+  bounded share per scaling group and keypair, dependency-blocked sessions left out) instead of
+  the oldest sessions of the cluster — the placement lane's read;
+- `narrow(now)`: an extra SQL condition on the read, so a handler that acts on few of its target
+  sessions (e.g. those past their lifetime) reads only those.
 
 `execute` does the work and reports successes, failures and skips; the coordinator decides what
 they mean. `name` (what the history shows) is the class name unless the class or instance sets it.
@@ -19,9 +24,12 @@ they mean. `name` (what the history shows) is the class name unless the class or
 from __future__ import annotations
 
 import abc
+import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from sqlalchemy import ColumnElement
 
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.config.cluster import Phase
@@ -66,6 +74,7 @@ class SessionHandler(abc.ABC):
     expires_in: frozenset[SessionStatus] | None = None
     transitions: StatusTransitions
     always_runs: bool = False
+    placement_window: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -77,6 +86,10 @@ class SessionHandler(abc.ABC):
         return self.phase is not None and status in (
             self.targets if self.expires_in is None else self.expires_in
         )
+
+    def narrow(self, now: dt.datetime) -> ColumnElement[bool] | None:
+        """An extra condition on the sessions read for this handler (None: all in its targets)."""
+        return None
 
     @abc.abstractmethod
     async def execute(self, targets: Sequence[SessionWithKernels]) -> SessionResultT: ...

@@ -13,7 +13,7 @@ from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.schedule.handler import SessionHandler, SessionResultT
 from sokovan.orchestrator.schedule.judgement import judge, phase_timeout
 from sokovan.orchestrator.spine.coordinator import Applied
-from sokovan.state.session_reads import SessionWithKernels, fetch_sessions
+from sokovan.state.session_reads import PlacementWindow, SessionWithKernels, fetch_sessions
 from sokovan.state.session_writes import SessionTransition, apply_session_transitions
 
 
@@ -29,8 +29,15 @@ class SessionKind:
         """The sessions in the handler's targets whose kernels meet its condition, and those that
         waited past the phase's timeout in one of its `expires_in` statuses (whatever their kernels)."""
         cond = handler.kernels
+        window = self._config.placement_window
         rows = await fetch_sessions(
-            conn, handler.targets, cond.statuses if cond else None, match=cond.match if cond else None
+            conn,
+            handler.targets,
+            cond.statuses if cond else None,
+            match=cond.match if cond else None,
+            where=handler.narrow(now),
+            window=PlacementWindow(window.limit, window.per_owner) if handler.placement_window else None,
+            now=now,
         )
         timeout = phase_timeout(handler, self._config)
         if handler.expires_in and timeout > 0:

@@ -1,4 +1,7 @@
-"""PENDING → SCHEDULED: place waiting sessions on agents through the provisioner."""
+"""PENDING → SCHEDULED: place waiting sessions on agents through the provisioner.
+
+It reads through the fair placement window (`placement_window`): a bounded share of each owner's
+pending sessions per scaling group, and none blocked on a dependency that has not ended."""
 
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ class ScheduleNewSessions(SessionHandler):
     targets = frozenset({SessionStatus.PENDING})
     kernels = KernelCondition(frozenset({KernelStatus.PENDING}))
     phase = Phase.SCHEDULE
+    placement_window = True
     transitions = StatusTransitions(
         success=TransitionStatus(SessionStatus.SCHEDULED, KernelStatus.SCHEDULED),
         need_retry=None,
