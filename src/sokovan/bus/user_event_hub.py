@@ -63,10 +63,10 @@ class Listener:
 
 
 class UserEventHub:
-    def __init__(self, redis: aioredis.Redis, prefix: str, *, queue_size: int = QUEUE_SIZE) -> None:
+    def __init__(self, redis: aioredis.Redis, prefix: str, *, queue_size: int | None = None) -> None:
         self._redis = redis
         self._channel = user_events_channel(prefix)
-        self._queue_size = queue_size
+        self._queue_size = queue_size or QUEUE_SIZE
         self._listeners: set[Listener] = set()
         self._reader: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()  # the subscription is confirmed
