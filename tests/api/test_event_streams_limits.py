@@ -88,7 +88,9 @@ async def _publish(publisher: UserEventPublisher, n: int) -> None:
     await publisher.publish_many([UserEvent(name="session.status", detail={"i": i}) for i in range(n)])
 
 
-async def test_a_slow_listener_is_ended_not_buffered(ctx: ManagerContext, publisher: UserEventPublisher) -> None:
+async def test_a_slow_listener_is_ended_not_buffered(
+    ctx: ManagerContext, publisher: UserEventPublisher
+) -> None:
     hub = UserEventHub(ctx.redis, ctx.settings.etcd_prefix, queue_size=5)
     slow = await hub.open()
     try:

@@ -33,7 +33,10 @@ async def _health(client: TestClient) -> tuple[int, dict[str, object]]:  # type:
 
 async def test_all_services_ok(api: Api) -> None:
     status, body = await _health(api.client)
-    assert (status, body) == (200, {"status": "ok", "checks": {"postgres": "ok", "redis": "ok", "etcd": "ok"}})
+    assert (status, body) == (
+        200,
+        {"status": "ok", "checks": {"postgres": "ok", "redis": "ok", "etcd": "ok"}},
+    )
 
 
 @pytest.fixture
@@ -115,7 +118,9 @@ def _raised_from(outer: BaseException, inner: BaseException) -> BaseException:
         ),
         (
             "sqlalchemy wrapping a reset",
-            _raised_from(sa_errors.OperationalError("SELECT 1", None, Exception("x")), ConnectionResetError()),
+            _raised_from(
+                sa_errors.OperationalError("SELECT 1", None, Exception("x")), ConnectionResetError()
+            ),
             True,
         ),
         (

@@ -20,7 +20,9 @@ from typing import Any
 
 import aiohttp
 import pytest
+import redis.asyncio as aioredis
 
+from sokovan.bus.streams import stream_key
 from sokovan.common.settings import Settings
 from sokovan.harness import ManagerProc, wait_agents
 from tests.fault.harness import AgentProc, Api, put_config, settle
@@ -192,7 +194,9 @@ async def test_200_event_streams_from_one_keypair(cluster: Cluster) -> None:
     url = f"{cluster.manager.api}/v2/events"
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as http:
-        responses = await asyncio.gather(*(http.get(url, headers=cluster.api.headers) for _ in range(STREAMS)))
+        responses = await asyncio.gather(
+            *(http.get(url, headers=cluster.api.headers) for _ in range(STREAMS))
+        )
         try:
             statuses = sorted(r.status for r in responses)
             assert statuses == [200] * 16 + [429] * (STREAMS - 16)
@@ -234,3 +238,29 @@ def test_manager_exits_non_zero_when_it_cannot_start(service_env: dict[str, str]
     assert code == 1, manager.log_tail()
     assert last.startswith("Error: the manager stopped: cannot start: postgres:"), last
     assert "does not exist" in last
+
+
+async def test_manager_exits_non_zero_when_a_background_task_cannot_go_on(
+    fresh_cluster_state: str, service_env: dict[str, str], settings: Settings, tmp_path: Path
+) -> None:
+    """The event stream's key overwritten with a string (no outage: Redis answers WRONGTYPE every
+    time): the event consumer is restarted a few times, then the manager stops with exit 1."""
+    manager = ManagerProc(service_env, tmp_path)
+    manager.start()
+    redis = aioredis.Redis.from_url(settings.redis_url)
+    try:
+        await manager.wait_healthy()
+        key = stream_key(settings.etcd_prefix)
+        async with redis.pipeline(transaction=True) as pipe:
+            await pipe.delete(key).set(key, "not a stream").execute()
+        code = await asyncio.to_thread(manager.wait, 60)
+    finally:
+        await redis.delete(stream_key(settings.etcd_prefix))
+        await redis.aclose()
+        if manager.running:
+            manager.kill()
+    last = manager.log_text().strip().splitlines()[-1]
+    assert code == 1, manager.log_tail()
+    assert last.startswith("Error: the manager stopped: event-consumer failed 5 times in a row:"), last
+    assert "WRONGTYPE" in last
+    assert "task.restarting" in manager.log_text()
