@@ -1,7 +1,8 @@
 """Hints: "there is work for coordinator X", broadcast to every manager over Redis pub/sub.
 
 A hint only shortens a loop's wait; a lost hint costs at most one long-cycle interval, so
-pub/sub's at-most-once delivery is enough here.
+pub/sub's at-most-once delivery is enough here. The listener resubscribes after a lost
+connection and then hints every coordinator once, for the hints it missed.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Callable
 
 import redis.asyncio as aioredis
 import structlog
+
+from sokovan.common.supervise import Backoff, describe
 
 log = structlog.get_logger(__name__)
 
@@ -44,10 +47,40 @@ class HintPublisher:
 async def listen_hints(
     redis: aioredis.Redis, prefix: str, on_hint: Callable[[str], None], stop: asyncio.Event
 ) -> None:
-    """Call `on_hint(coordinator)` for every hint until `stop` is set."""
+    """Call `on_hint(coordinator)` for every hint until `stop` is set.
+
+    A lost connection to Redis is retried with backoff (0.1 s doubling to 5 s) for as long as it
+    lasts; each time the subscription is back, every coordinator is hinted once, since hints sent
+    meanwhile were lost (a hint is only a shortcut: a spurious one costs one cycle)."""
+    backoff = Backoff()
+    reconnecting = False
+    while not stop.is_set():
+        try:
+            await _listen(redis, prefix, on_hint, stop, backoff, catch_up=reconnecting)
+        except Exception as exc:
+            reconnecting = True
+            log.warning("hints.redis_unreachable", error=describe(exc))
+            if await backoff.sleep(stop):
+                return
+
+
+async def _listen(
+    redis: aioredis.Redis,
+    prefix: str,
+    on_hint: Callable[[str], None],
+    stop: asyncio.Event,
+    backoff: Backoff,
+    *,
+    catch_up: bool,
+) -> None:
     pubsub = redis.pubsub()
-    await pubsub.subscribe(hint_channel(prefix))
     try:
+        await pubsub.subscribe(hint_channel(prefix))
+        backoff.reset()
+        if catch_up:
+            log.info("hints.resubscribed")
+            for coordinator in Hint:
+                on_hint(coordinator)
         while not stop.is_set():
             message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
             if message is None:
@@ -57,4 +90,5 @@ async def listen_hints(
     finally:
         with contextlib.suppress(Exception):
             await pubsub.unsubscribe()
+        with contextlib.suppress(Exception):
             await pubsub.aclose()  # type: ignore[no-untyped-call]

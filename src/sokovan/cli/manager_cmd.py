@@ -22,6 +22,9 @@ def manager(config: str | None, workers: int, reuse_port: bool) -> None:
     """Run the manager: REST v2 API + SokovanOrchestrator."""
     settings = load_with_secret(config, "the manager refuses to start without it")
     setup_logging()
-    from sokovan.manager.daemon import serve
+    from sokovan.manager.daemon import ManagerFailed, serve
 
-    serve(settings, workers=workers, reuse_port=reuse_port)
+    try:
+        serve(settings, workers=workers, reuse_port=reuse_port)
+    except ManagerFailed as exc:  # one line on stderr, exit status 1
+        raise click.ClickException(f"the manager stopped: {exc}") from exc

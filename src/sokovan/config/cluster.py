@@ -18,7 +18,9 @@ import aetcd
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, ValidationError, model_validator
 
+from sokovan.common.outages import is_outage
 from sokovan.common.retry_policy import RetryPolicy
+from sokovan.common.supervise import Backoff, describe
 
 log = structlog.get_logger(__name__)
 
@@ -191,37 +193,54 @@ def validate_section(section: str, value: Any) -> Any:
 
 
 class EtcdConfigWatcher:
-    """Loads every section once, then follows changes under `<prefix>/config/`."""
+    """Loads every section once, then follows changes under `<prefix>/config/`.
+
+    When etcd goes away, `run` reconnects with backoff (0.1 s doubling to 5 s, with jitter) and,
+    once etcd answers, reads every section again before watching: a change, or a deletion, made
+    while the watch was down takes effect then."""
 
     def __init__(self, client: aetcd.Client, prefix: str, config: ClusterConfig) -> None:
         self._client = client
         self._root = f"{prefix}/config/"
         self._config = config
+        self._present: set[str] = set()  # sections set in etcd at the last load or event
 
     def _section(self, key: bytes) -> str:
         return key.decode()[len(self._root) :]
 
     async def load(self) -> int:
-        """Apply every section as it is now; the etcd revision it was read at."""
+        """Apply every section as it is now (a section gone since the last load falls back to its
+        defaults); the etcd revision it was read at."""
         result = await self._client.get_prefix(self._root.encode())
+        present: set[str] = set()
         for kv in result:
-            self._config.apply(self._section(kv.key), kv.value)
+            section = self._section(kv.key)
+            present.add(section)
+            self._config.apply(section, kv.value)
+        for section in self._present - present:
+            self._config.apply(section, None)
+        self._present = present
         return int(result.header.revision)
 
     async def run(self, stop: asyncio.Event) -> None:
+        backoff = Backoff()
         while not stop.is_set():
             try:
-                await self._watch(stop)
-            except Exception:
-                log.exception("cluster_config.watch_failed")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 2.0)
+                await self._watch(stop, backoff)
+            except Exception as exc:
+                if is_outage(exc):
+                    log.warning("cluster_config.etcd_unreachable", error=describe(exc))
+                else:
+                    log.exception("cluster_config.watch_failed")
+                if await backoff.sleep(stop):
+                    return
 
-    async def _watch(self, stop: asyncio.Event) -> None:
+    async def _watch(self, stop: asyncio.Event, backoff: Backoff) -> None:
         # Catch up on anything missed while (re)connecting, then watch from just after what was
         # read, so a change made between the read and the watch is not lost.
         revision = await self.load()
         watch = await self._client.watch_prefix(self._root.encode(), start_revision=revision + 1)
+        backoff.reset()
         iterator = watch.__aiter__()
         stopper = asyncio.create_task(stop.wait())
         try:
@@ -233,7 +252,12 @@ class EtcdConfigWatcher:
                     break
                 event = nxt.result()
                 deleted = "DELETE" in str(getattr(event, "kind", "")).upper()
-                self._config.apply(self._section(event.kv.key), None if deleted else event.kv.value)
+                section = self._section(event.kv.key)
+                self._config.apply(section, None if deleted else event.kv.value)
+                if deleted:
+                    self._present.discard(section)
+                else:
+                    self._present.add(section)
         finally:
             stopper.cancel()
             with contextlib.suppress(Exception):

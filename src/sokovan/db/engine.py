@@ -4,8 +4,20 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+CONNECT_TIMEOUT = 5.0  # seconds to open a connection (asyncpg's own default is 60)
+
 
 def make_engine(url: str, *, pool_size: int = 10, max_overflow: int = 10) -> AsyncEngine:
-    # No pre-ping: it costs a round trip per checkout on the hot path; connections are recycled
-    # instead, and a broken one surfaces as an error that the caller's retry or the next cycle absorbs.
-    return create_async_engine(url, pool_size=pool_size, max_overflow=max_overflow, pool_recycle=1800)
+    """`pool_pre_ping`: a connection that died with a PostgreSQL restart is replaced at checkout
+    instead of failing the next statement (a round trip per checkout, cheap next to the
+    statements). `hide_parameters`: errors and logs never carry bound values (a session's
+    environ, a keypair's secret)."""
+    return create_async_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_recycle=1800,
+        pool_pre_ping=True,
+        hide_parameters=True,
+        connect_args={"timeout": CONNECT_TIMEOUT},
+    )

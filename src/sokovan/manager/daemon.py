@@ -1,4 +1,12 @@
-"""`sokovan manager`: the REST v2 API and the SokovanOrchestrator in one process."""
+"""`sokovan manager`: the REST v2 API and the SokovanOrchestrator in one process.
+
+At start the manager waits for PostgreSQL, Redis and etcd (retrying for as long as they are away,
+one log line per attempt) and refuses to start on any other error of theirs (a database that does
+not exist, a Redis that refuses the database index): `ManagerFailed`, exit 1. Its background tasks
+(the orchestrator, the event consumer, the config watcher, the hints listener) are supervised
+(`common.supervise`): an outage restarts them with backoff for as long as it lasts; a task given up
+stops the whole manager with `ManagerFailed` saying which and why.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +18,14 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 
 import aetcd
 import redis.asyncio as aioredis
 import structlog
 from aiohttp import web
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.bus.hints import Hint, HintPublisher, listen_hints
 from sokovan.bus.routing import RoutingBus
@@ -23,6 +34,7 @@ from sokovan.bus.user_events import UserEventPublisher
 from sokovan.common.lifecycle import stop_on_signals
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.settings import Settings
+from sokovan.common.supervise import TaskFailed, describe, supervise, wait_for_service
 from sokovan.config.cluster import ClusterConfig, EtcdConfigWatcher
 from sokovan.db.engine import make_engine
 from sokovan.manager.api.app import create_app
@@ -34,23 +46,75 @@ from sokovan.orchestrator.orchestrator import Serving, SokovanOrchestrator
 
 log = structlog.get_logger(__name__)
 
+REDIS_CONNECT_TIMEOUT = 3.0
+ETCD_TIMEOUT = 5  # seconds per etcd call
+
+
+class ManagerFailed(RuntimeError):
+    """The manager cannot start, or stopped on an error: `str()` is the one line it exits with."""
+
 
 async def run_manager(
     settings: Settings, stop: asyncio.Event | None = None, *, reuse_port: bool = False
 ) -> None:
     if not settings.cluster_secret:
-        raise RuntimeError("SOKOVAN_CLUSTER_SECRET is not set")
+        raise ManagerFailed("SOKOVAN_CLUSTER_SECRET is not set")
     stop = stop or asyncio.Event()
     engine = make_engine(
         settings.db_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
     )
-    redis = aioredis.Redis.from_url(settings.redis_url)
-    etcd = aetcd.Client(host=settings.etcd_host, port=settings.etcd_port)
-    rpc = AgentRPCClient(settings.cluster_secret)
-    hints = HintPublisher(redis, settings.etcd_prefix)
+    redis = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=REDIS_CONNECT_TIMEOUT)
+    etcd = aetcd.Client(host=settings.etcd_host, port=settings.etcd_port, timeout=ETCD_TIMEOUT)
     config = ClusterConfig()
     watcher = EtcdConfigWatcher(etcd, settings.etcd_prefix, config)
-    await watcher.load()
+    try:
+        if await _wait_for_services(engine, redis, watcher, stop):
+            await _serve_until_stopped(settings, stop, engine, redis, etcd, config, watcher, reuse_port)
+    finally:
+        await redis.aclose()
+        await etcd.close()
+        await engine.dispose()
+        log.info("manager.stopped")
+
+
+async def _wait_for_services(
+    engine: AsyncEngine, redis: aioredis.Redis, watcher: EtcdConfigWatcher, stop: asyncio.Event
+) -> bool:
+    """Wait until PostgreSQL, Redis and etcd answer (the cluster config loaded); False when stopped
+    first. An error that is not an outage is `ManagerFailed`."""
+
+    async def postgres() -> None:
+        async with engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+
+    probes: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+        ("postgres", postgres),
+        ("redis", redis.ping),
+        ("etcd", watcher.load),
+    ]
+    for name, probe in probes:
+        try:
+            await wait_for_service(name, probe, stop)
+        except Exception as exc:
+            raise ManagerFailed(f"cannot start: {name}: {describe(exc)}") from exc
+        if stop.is_set():
+            return False
+    return True
+
+
+async def _serve_until_stopped(
+    settings: Settings,
+    stop: asyncio.Event,
+    engine: AsyncEngine,
+    redis: aioredis.Redis,
+    etcd: aetcd.Client,
+    config: ClusterConfig,
+    watcher: EtcdConfigWatcher,
+    reuse_port: bool,
+) -> None:
+    assert settings.cluster_secret is not None
+    rpc = AgentRPCClient(settings.cluster_secret)
+    hints = HintPublisher(redis, settings.etcd_prefix)
     events = UserEventPublisher(redis, settings.etcd_prefix)
     ctx = ManagerContext(settings=settings, engine=engine, redis=redis, etcd=etcd, hints=hints, rpc=rpc)
     # Replicas are created and ended through the same controller as the API's sessions.
@@ -73,31 +137,38 @@ async def run_manager(
     runner = web.AppRunner(create_app(ctx, config), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, settings.api_host, settings.api_port, reuse_port=reuse_port or None)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        await rpc.close()
+        raise ManagerFailed(f"cannot listen on {settings.api_bind}: {describe(exc)}") from exc
     log.info("manager.started", api=f"http://{settings.api_bind}")
-    tasks = [
-        asyncio.create_task(orchestrator.run(stop), name="orchestrator"),
-        asyncio.create_task(consumer.run(stop), name="event-consumer"),
-        asyncio.create_task(watcher.run(stop), name="config-watcher"),
-        asyncio.create_task(listen_hints(redis, settings.etcd_prefix, orchestrator.hint, stop), name="hints"),
-    ]
+    background: dict[str, Callable[[asyncio.Event], Awaitable[None]]] = {
+        "orchestrator": orchestrator.run,
+        "event-consumer": consumer.run,
+        "config-watcher": watcher.run,
+        "hints": functools.partial(listen_hints, redis, settings.etcd_prefix, orchestrator.hint),
+    }
+    tasks = [asyncio.create_task(supervise(name, run, stop), name=name) for name, run in background.items()]
     orchestrator.hint(Hint.SCHEDULE)  # pick up whatever was left in flight before a restart
+    failure: BaseException | None = None
     try:
         stopper = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            if task is not stopper and task.exception() is not None:
-                log.error("manager.task_failed", task=task.get_name(), error=repr(task.exception()))
+        failure = next((t.exception() for t in done if t is not stopper and t.exception()), None)
+        if failure is not None:
+            log.error("manager.task_failed", error=describe(failure))
     finally:
         stop.set()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
         await runner.cleanup()
         await rpc.close()
-        await redis.aclose()
-        await etcd.close()
-        await engine.dispose()
-        log.info("manager.stopped")
+    if isinstance(failure, TaskFailed):
+        raise ManagerFailed(str(failure)) from failure
+    if failure is not None:
+        raise ManagerFailed(describe(failure)) from failure
 
 
 def serve(settings: Settings, workers: int = 1, reuse_port: bool = False) -> None:

@@ -1,5 +1,9 @@
 """One generic coordinator loop: a short cycle that runs when hinted and a long cycle that
-always runs. Each waits on any(hint, sleep(interval), stop); cycles of one loop never overlap."""
+always runs. Each waits on any(hint, sleep(interval), stop); cycles of one loop never overlap.
+
+A cycle that fails never ends its loop: the next one tries again. While PostgreSQL or Redis is
+away (`common.outages`), the first failed cycle is logged as a warning and the rest quietly, until
+a cycle succeeds again; any other failure is logged with its traceback every time."""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from sokovan.common.metrics import CYCLE_SECONDS
+from sokovan.common.outages import is_outage
+from sokovan.common.supervise import describe
 
 log = structlog.get_logger(__name__)
 
@@ -32,6 +38,7 @@ class CoordinatorLoop:
         self.on_moved: Callable[[], None] = on_moved or self.hint
         self._hint = asyncio.Event()
         self._lock = asyncio.Lock()
+        self._away = False  # the last cycle failed because a service is unreachable
 
     def hint(self) -> None:
         self._hint.set()
@@ -58,11 +65,21 @@ class CoordinatorLoop:
             try:
                 with CYCLE_SECONDS.labels(lane=self.name).time():
                     moved = await self._cycle()
-            except Exception:
-                log.exception("coordinator.cycle_failed", coordinator=self.name, kind=kind)
+            except Exception as exc:
+                self._failed(exc, kind)
                 return
+            if self._away:
+                self._away = False
+                log.info("coordinator.services_back", coordinator=self.name)
         if moved:
             self.on_moved()
+
+    def _failed(self, exc: Exception, kind: str) -> None:
+        if not is_outage(exc):
+            log.exception("coordinator.cycle_failed", coordinator=self.name, kind=kind)
+        elif not self._away:
+            log.warning("coordinator.service_unreachable", coordinator=self.name, error=describe(exc))
+        self._away = self._away or is_outage(exc)
 
 
 async def _wait_any(a: asyncio.Event, b: asyncio.Event | None, seconds: float | None) -> bool:

@@ -4,7 +4,9 @@
 if Redis answers, and starts the background loops: following the table, writing health reports and
 registering the proxy's public URL every few seconds. None of them needs Redis to be up: each
 retries with backoff and the proxy forwards with the last table it read. `stop()` unregisters the
-URL, lets in-flight requests finish (briefly), stops probing and writes the last reports.
+URL, lets in-flight requests finish (briefly), stops probing and writes the last reports. A loop
+that ends on an error that is not Redis being away (a bug) stops the proxy with `ProxyFailed`, so
+that `sokovan proxy` exits non-zero saying why, instead of forwarding with a table no longer followed.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from sokovan.bus.routing import (
 )
 from sokovan.common.lifecycle import Service
 from sokovan.common.settings import Settings
+from sokovan.common.supervise import describe
 from sokovan.proxy.app import create_app
 from sokovan.proxy.backoff import sleep_unless
 from sokovan.proxy.balancer import Balancer
@@ -49,6 +52,10 @@ WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 
 class ProxyStartError(RuntimeError):
     """The proxy cannot start (no cluster secret, port taken)."""
+
+
+class ProxyFailed(ProxyStartError):
+    """One of the proxy's background loops ended on an error: the proxy stopped."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,32 @@ class AppProxy(Service):
             asyncio.create_task(self._register_loop(), name="proxy-register"),
         ]
         log.info("proxy.started", bind=f"{cfg.host}:{port}", url=self.url, proxy_id=self.proxy_id)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """`start()`, serve until `stop` is set or a background loop fails, then `stop()`;
+        `ProxyFailed` in the second case."""
+        await self.start()
+        try:
+            failure = await self._wait(stop)
+        finally:
+            await self.stop()
+        if failure is not None:
+            raise ProxyFailed(failure)
+
+    async def _wait(self, stop: asyncio.Event) -> str | None:
+        """Until `stop` is set (None) or a background loop ends on its own (why)."""
+        stopper = asyncio.create_task(stop.wait())
+        try:
+            done, _ = await asyncio.wait([stopper, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        for task in done:
+            if task is not stopper and not task.cancelled():
+                exc = task.exception()
+                why = describe(exc) if exc is not None else "ended"
+                log.error("proxy.loop_failed", loop=task.get_name(), error=why)
+                return f"{task.get_name()}: {why}"
+        return None
 
     async def stop(self) -> None:
         if self._stop.is_set():

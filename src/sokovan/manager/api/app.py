@@ -25,6 +25,7 @@ from sokovan.manager.api.auth import CTX_KEY, auth_middleware
 from sokovan.manager.api.common import CONTROLLER_KEY, DEPLOYMENTS_KEY
 from sokovan.manager.api.openapi import Route, build_document
 from sokovan.manager.api.problems import problem_middleware
+from sokovan.manager.api.unavailable import unavailable_middleware
 from sokovan.manager.context import ManagerContext
 from sokovan.manager.controller import DeploymentController, SchedulingController
 
@@ -62,7 +63,7 @@ def _version() -> str:
 def create_app(ctx: ManagerContext, cluster_config: ClusterConfig | None = None) -> web.Application:
     """`cluster_config`: the manager's live settings (kept current by its etcd watcher); without
     one, the app follows etcd with a watcher of its own."""
-    app = web.Application(middlewares=[problem_middleware, auth_middleware])
+    app = web.Application(middlewares=[problem_middleware, unavailable_middleware, auth_middleware])
     app[CTX_KEY] = ctx
     config.setup(app, cluster_config)
     app[CONTROLLER_KEY] = SchedulingController(ctx, app[config.CLUSTER_CONFIG_KEY])

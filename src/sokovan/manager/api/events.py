@@ -1,12 +1,18 @@
 """`GET /v2/events`: the user events of `sokovan.bus.user_events` as server-sent events.
 
-Each connection subscribes to the Redis channel `<prefix>:user-events` for its lifetime and
-forwards the events its caller may see (an admin all, a user those of its own sessions and
-deployments), optionally only those of one session (`?session_id=`) or one deployment and its
-routes (`?deployment_id=`). The subscription is confirmed by Redis
-before the response headers go out, so a client that has the headers misses nothing published
-afterwards. A comment line every `KEEPALIVE_INTERVAL` seconds keeps proxies from closing an idle
-stream; a client that goes away, or the server shutting down, ends the subscription.
+One Redis subscription per manager (`UserEventHub`) feeds every open stream; each stream forwards
+the events its caller may see (an admin all, a user those of its own sessions and deployments),
+optionally only those of one session (`?session_id=`) or one deployment and its routes
+(`?deployment_id=`). The subscription is confirmed before the response headers go out, so a client
+that has the headers misses nothing published afterwards. A comment line every
+`KEEPALIVE_INTERVAL` seconds keeps proxies from closing an idle stream; a client that goes away, or
+the server shutting down, ends its stream. A client too slow to keep up, or a lost subscription
+(Redis went away), ends the stream too (with a comment saying why): the client reconnects and
+reads the current state from the REST API.
+
+Limits: `STREAMS_PER_KEYPAIR` open streams per keypair and `Settings.max_event_streams`
+(SOKOVAN_MAX_EVENT_STREAMS, 2,000) per manager; past either, 429 problem+json. A stream that ends
+frees its place at once.
 """
 
 from __future__ import annotations
@@ -15,15 +21,17 @@ import asyncio
 import time
 import uuid
 import weakref
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 from aiohttp import web
-from pydantic import ValidationError
-from redis.asyncio.client import PubSub
 
-from sokovan.bus.user_events import UserEvent, user_events_channel
+from sokovan.bus.user_event_hub import HubUnavailable, Listener, UserEventHub
+from sokovan.bus.user_events import UserEvent
 from sokovan.manager.api.auth import CTX_KEY, principal_of
 from sokovan.manager.api.openapi import Param, Route
 from sokovan.manager.api.problems import Problem
@@ -35,18 +43,61 @@ KEEPALIVE_INTERVAL = 15.0  # seconds between `: keep-alive` comments (tests shor
 # How often an idle stream checks that its client is still there (aiohttp does not cancel a
 # handler whose client went away) and that the server is not shutting down.
 LIVENESS_INTERVAL = 1.0
-SUBSCRIBE_TIMEOUT = 5.0
+STREAMS_PER_KEYPAIR = 16
+RETRY_AFTER = 5  # seconds, on a 429 or 503
 
 # Set by the app's on_shutdown hook: every open stream ends within LIVENESS_INTERVAL.
 STREAMS_CLOSING_KEY = web.AppKey("event_streams_closing", asyncio.Event)
 # The handler tasks of the open streams (for the shutdown hook and for tests).
 STREAMS_KEY = web.AppKey("event_streams", weakref.WeakSet[asyncio.Task[Any]])
+HUB_KEY = web.AppKey("event_hub", UserEventHub)
+
+
+class StreamLimits:
+    """Open streams per keypair and in all, against their limits."""
+
+    def __init__(self, per_keypair: int, total: int) -> None:
+        self.per_keypair = per_keypair
+        self.total = total
+        self.open: Counter[str] = Counter()
+
+    @contextmanager
+    def hold(self, access_key: str) -> Iterator[None]:
+        """A place for one stream of `access_key` while the block runs; 429 when there is none."""
+        if self.open[access_key] >= self.per_keypair:
+            raise _too_many(f"at most {self.per_keypair} event streams may be open per keypair")
+        if sum(self.open.values()) >= self.total:
+            raise _too_many(f"this manager serves at most {self.total} event streams")
+        self.open[access_key] += 1
+        try:
+            yield
+        finally:
+            self.open[access_key] -= 1
+            if self.open[access_key] <= 0:
+                del self.open[access_key]
+
+
+LIMITS_KEY = web.AppKey("event_stream_limits", StreamLimits)
+
+
+def _too_many(detail: str) -> Problem:
+    return Problem(
+        429,
+        "Too Many Requests",
+        detail,
+        slug="too-many-event-streams",
+        headers={"Retry-After": str(RETRY_AFTER)},
+    )
 
 
 def setup(app: web.Application) -> None:
+    ctx = app[CTX_KEY]
     app[STREAMS_CLOSING_KEY] = asyncio.Event()
     app[STREAMS_KEY] = weakref.WeakSet()
+    app[HUB_KEY] = UserEventHub(ctx.redis, ctx.settings.etcd_prefix)
+    app[LIMITS_KEY] = StreamLimits(STREAMS_PER_KEYPAIR, ctx.settings.max_event_streams)
     app.on_shutdown.append(_close_streams)
+    app.on_cleanup.append(_close_hub)
 
 
 async def _close_streams(app: web.Application) -> None:
@@ -54,6 +105,10 @@ async def _close_streams(app: web.Application) -> None:
     tasks = [t for t in app[STREAMS_KEY] if not t.done()]
     if tasks:
         await asyncio.wait(tasks, timeout=LIVENESS_INTERVAL * 3)
+
+
+async def _close_hub(app: web.Application) -> None:
+    await app[HUB_KEY].close()
 
 
 @dataclass(frozen=True)
@@ -105,16 +160,27 @@ def _client_gone(request: web.Request) -> bool:
 async def stream_events(request: web.Request) -> web.StreamResponse:
     principal = principal_of(request)
     flt = _event_filter(request)
-    ctx = request.app[CTX_KEY]
+    with request.app[LIMITS_KEY].hold(principal.access_key):
+        return await _stream(request, principal, flt)
+
+
+async def _stream(request: web.Request, principal: Principal, flt: EventFilter) -> web.StreamResponse:
     closing = request.app[STREAMS_CLOSING_KEY]
     task = asyncio.current_task()
     if task is not None:
         request.app[STREAMS_KEY].add(task)
-    channel = user_events_channel(ctx.settings.etcd_prefix)
-    pubsub = ctx.redis.pubsub(ignore_subscribe_messages=False)
+    hub = request.app[HUB_KEY]
     try:
-        await pubsub.subscribe(channel)
-        await _confirmed(pubsub)
+        listener = await hub.open()
+    except HubUnavailable as exc:
+        raise Problem(
+            503,
+            "Service Unavailable",
+            "could not subscribe to the event channel; retry later",
+            slug="service-unavailable",
+            headers={"Retry-After": str(RETRY_AFTER)},
+        ) from exc
+    try:
         response = web.StreamResponse(
             headers={
                 "Content-Type": "text/event-stream; charset=utf-8",
@@ -124,26 +190,16 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
         )
         await response.prepare(request)
         await response.write(b": connected\n\n")  # sends the headers now
-        await _pump(request, response, pubsub, principal, flt, closing)
+        await _pump(request, response, listener, principal, flt, closing)
         return response
     finally:
-        await _release(pubsub, channel)
-
-
-async def _confirmed(pubsub: PubSub) -> None:
-    """Wait for Redis to confirm the subscription; messages published later all reach us."""
-    deadline = time.monotonic() + SUBSCRIBE_TIMEOUT
-    while time.monotonic() < deadline:
-        message = await pubsub.get_message(timeout=deadline - time.monotonic())
-        if message is not None and message.get("type") == "subscribe":
-            return
-    raise Problem(503, "Service Unavailable", "could not subscribe to the event channel")
+        await asyncio.shield(hub.close_listener(listener))
 
 
 async def _pump(
     request: web.Request,
     response: web.StreamResponse,
-    pubsub: PubSub,
+    listener: Listener,
     principal: Principal,
     flt: EventFilter,
     closing: asyncio.Event,
@@ -152,10 +208,15 @@ async def _pump(
     try:
         while not closing.is_set() and not _client_gone(request):
             wait = max(0.0, min(LIVENESS_INTERVAL, next_keepalive - time.monotonic()))
-            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=wait)
-            if message is not None and message.get("type") == "message":
-                event = _parse(message.get("data"))
-                if event is not None and visible(event, principal, flt):
+            try:
+                event = await asyncio.wait_for(listener.queue.get(), wait)
+            except TimeoutError:
+                pass
+            else:
+                if event is None:  # the hub ended this stream
+                    await response.write(f": stream ended ({listener.ended})\n\n".encode())
+                    return
+                if visible(event, principal, flt):
                     await response.write(f"event: {event.name}\ndata: {event.wire()}\n\n".encode())
             if time.monotonic() >= next_keepalive:
                 await response.write(b": keep-alive\n\n")
@@ -163,28 +224,6 @@ async def _pump(
     except ConnectionError as exc:
         # The client went away between the liveness check and a write.
         log.debug("events.client_gone", error=repr(exc))
-
-
-def _parse(data: Any) -> UserEvent | None:
-    try:
-        return UserEvent.model_validate_json(data)
-    except (ValidationError, TypeError, ValueError):
-        log.warning("events.malformed_user_event", data=repr(data)[:200])
-        return None
-
-
-async def _release(pubsub: PubSub, channel: str) -> None:
-    try:
-        await asyncio.shield(_unsubscribe(pubsub, channel))
-    except Exception as exc:  # a Redis that went away: the connection is dropped all the same
-        log.debug("events.unsubscribe_failed", error=repr(exc))
-
-
-async def _unsubscribe(pubsub: PubSub, channel: str) -> None:
-    try:
-        await pubsub.unsubscribe(channel)
-    finally:
-        await pubsub.aclose()  # type: ignore[no-untyped-call]
 
 
 ROUTES = [

@@ -1,0 +1,181 @@
+"""One Redis subscription per manager to the user events, fanned out to every open event stream.
+
+`UserEventHub.open()` adds a listener with a bounded queue of its own; the hub's reader (one
+pub/sub connection, started with the first listener and ended with the last) parses each event
+once and puts it on every listener's queue. A listener whose queue is full (its client reads
+slower than events come) is ended rather than let memory grow: its queue gets the end marker
+(`None`) and it leaves the hub. When the subscription is lost (Redis went away), every listener is
+ended the same way, since the events published meanwhile are lost to it (its client reconnects and
+reads the current state from the REST API); the reader reconnects with backoff while listeners
+remain, and `open()` waits for the subscription to be confirmed, so a listener that was opened
+misses nothing published afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import redis.asyncio as aioredis
+import structlog
+from pydantic import ValidationError
+from redis.asyncio.client import PubSub
+
+from sokovan.bus.user_events import UserEvent, user_events_channel
+from sokovan.common.supervise import Backoff, describe
+
+log = structlog.get_logger(__name__)
+
+QUEUE_SIZE = 1000  # events a listener may lag behind before it is ended
+SUBSCRIBE_TIMEOUT = 5.0
+READ_TIMEOUT = 1.0  # how long the reader waits for a message before looking around again
+
+
+class HubUnavailable(Exception):
+    """The subscription could not be confirmed in time (Redis is away)."""
+
+
+class Listener:
+    """One event stream's view of the hub: its queue of events, `None` when it has been ended."""
+
+    def __init__(self, size: int) -> None:
+        self.queue: asyncio.Queue[UserEvent | None] = asyncio.Queue(size)
+        self.ended: str | None = None  # why the hub ended it: "slow", "lost" or "closed"
+        self.live = False  # handed out by `open()`: it has seen the subscription confirmed
+
+    def end(self, why: str) -> None:
+        if self.ended is not None:
+            return
+        self.ended = why
+        if self.queue.full():
+            self.queue.get_nowait()  # make room for the end marker
+        self.queue.put_nowait(None)
+
+    def offer(self, event: UserEvent) -> bool:
+        """Queue `event`; False (and the listener ended) when its queue is full."""
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.end("slow")
+            return False
+        return True
+
+
+class UserEventHub:
+    def __init__(self, redis: aioredis.Redis, prefix: str, *, queue_size: int | None = None) -> None:
+        self._redis = redis
+        self._channel = user_events_channel(prefix)
+        self._queue_size = queue_size or QUEUE_SIZE
+        self._listeners: set[Listener] = set()
+        self._reader: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()  # the subscription is confirmed
+
+    @property
+    def listeners(self) -> int:
+        return len(self._listeners)
+
+    async def open(self) -> Listener:
+        """A new listener, once the hub's subscription is confirmed; `HubUnavailable` after
+        `SUBSCRIBE_TIMEOUT` seconds without it."""
+        listener = Listener(self._queue_size)
+        self._listeners.add(listener)
+        if self._reader is None or self._reader.done():
+            self._ready.clear()
+            self._reader = asyncio.create_task(self._read(), name="user-event-hub")
+        try:
+            await asyncio.wait_for(self._ready.wait(), SUBSCRIBE_TIMEOUT)
+        except TimeoutError as exc:
+            await self.close_listener(listener)
+            raise HubUnavailable("could not subscribe to the event channel") from exc
+        except BaseException:
+            await self.close_listener(listener)
+            raise
+        listener.live = True
+        return listener
+
+    async def close_listener(self, listener: Listener) -> None:
+        """Remove `listener`; the last one leaving ends the subscription."""
+        self._listeners.discard(listener)
+        if not self._listeners:
+            await self.close()
+
+    async def close(self) -> None:
+        """End the subscription (the listeners still open are ended)."""
+        reader, self._reader = self._reader, None
+        self._ready.clear()
+        for listener in list(self._listeners):
+            listener.end("closed")
+        self._listeners.clear()
+        if reader is not None and not reader.done():
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+
+    async def _read(self) -> None:
+        backoff = Backoff()
+        while self._listeners:
+            try:
+                await self._subscribed(backoff)
+            except Exception as exc:
+                self._ready.clear()
+                log.warning("user_event_hub.subscription_lost", error=describe(exc))
+                # Those handed out missed events; those still in `open()` wait for the reconnect.
+                for listener in [x for x in self._listeners if x.live]:
+                    listener.end("lost")
+                    self._listeners.discard(listener)
+                await backoff.sleep()
+
+    async def _subscribed(self, backoff: Backoff) -> None:
+        pubsub = self._redis.pubsub(ignore_subscribe_messages=False)
+        try:
+            await pubsub.subscribe(self._channel)
+            await _confirmed(pubsub)
+            backoff.reset()
+            self._ready.set()
+            while self._listeners:
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=READ_TIMEOUT)
+                if message is not None and message.get("type") == "message":
+                    self._fan_out(message.get("data"))
+        finally:
+            await _release(pubsub, self._channel)
+
+    def _fan_out(self, data: Any) -> None:
+        event = _parse(data)
+        if event is None:
+            return
+        for listener in list(self._listeners):
+            if not listener.offer(event):
+                self._listeners.discard(listener)
+                log.info("user_event_hub.slow_listener_ended", queue=self._queue_size)
+
+
+async def _confirmed(pubsub: PubSub) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SUBSCRIBE_TIMEOUT
+    while loop.time() < deadline:
+        message = await pubsub.get_message(timeout=max(0.0, deadline - loop.time()))
+        if message is not None and message.get("type") == "subscribe":
+            return
+    raise TimeoutError("the event channel subscription was not confirmed")
+
+
+def _parse(data: Any) -> UserEvent | None:
+    try:
+        return UserEvent.model_validate_json(data)
+    except (ValidationError, TypeError, ValueError):
+        log.warning("user_event_hub.malformed_event", data=repr(data)[:200])
+        return None
+
+
+async def _release(pubsub: PubSub, channel: str) -> None:
+    async def unsubscribe() -> None:
+        try:
+            await pubsub.unsubscribe(channel)
+        finally:
+            await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    try:
+        await asyncio.shield(unsubscribe())
+    except Exception as exc:  # a Redis that went away: the connection is dropped all the same
+        log.debug("user_event_hub.unsubscribe_failed", error=repr(exc))
