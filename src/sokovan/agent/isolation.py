@@ -81,6 +81,14 @@ class Isolation:
         work_dir.mkdir(parents=True, exist_ok=True)
         if self.uids.enabled:
             os.chmod(work_dir, 0o711)  # kernels reach their own directory, list nobody's
+            closed = [str(d) for d in work_dir.resolve().parents if not d.stat().st_mode & 0o001]
+            if closed:
+                log.warning(
+                    "agent.work_dir_unreachable",
+                    work_dir=str(work_dir),
+                    closed=closed,
+                    hint="kernels cannot reach their directories by absolute path: chmod o+x these",
+                )
 
     def prepare(self, spec: KernelSpec, directory: Path) -> Launch:
         """Make the kernel's directory and cgroup; how the wrapper is to run it. ValueError when

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import os
 import signal
 import socket
 import subprocess
@@ -33,6 +34,19 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def reachable(path: Path) -> Path:
+    """`path` (made if missing), with every directory from it up that this user owns given the
+    right for others to traverse it (not to list it): an agent running as root starts kernels
+    under their sessions' uids, and they must reach their directories by absolute path (pytest's
+    temporary directories are 0700)."""
+    path.mkdir(parents=True, exist_ok=True)
+    for directory in [path, *path.parents]:
+        info = directory.stat()
+        if info.st_uid == os.geteuid() and not info.st_mode & 0o001:
+            directory.chmod((info.st_mode & 0o7777) | 0o011)
+    return path
 
 
 class Daemon:
@@ -223,7 +237,7 @@ class AgentProc(Daemon):
         if slots is not None:
             args += ["--slots", slots]
         if work_dir is not None:
-            args += ["--work-dir", str(work_dir)]
+            args += ["--work-dir", str(reachable(work_dir))]
         if simulate is not None:
             args += ["--simulate", str(simulate)]
         super().__init__(agent_id, [*args, *extra], env, log_dir)
