@@ -20,8 +20,8 @@ from sokovan.bus.streams import stream_key
 from sokovan.common.events import AgentEvent, decode_event
 from sokovan.common.rpc import AgentRPCClient, KernelSpec, signed_headers
 from sokovan.common.settings import Settings
-from sokovan.harness import reachable
 from sokovan.common.slots import ResourceSlots
+from sokovan.harness import reachable
 from tests.support import stopped_after
 
 WAIT = 10.0
