@@ -86,12 +86,12 @@ async def test_kill_minus_one_from_a_session_leaves_the_agent_and_other_sessions
         assert isinstance(running_b, KernelRunning) and running_b.pid
         b_dir = work / victim.kernel_id
         async with asyncio.timeout(10):
-            while not (b_dir / "private.txt").exists():
+            while not (b_dir / "private.txt").exists():  # noqa: ASYNC110 (a file, not an event)
                 await asyncio.sleep(0.05)
 
         session_a = f"s-{uuid.uuid4().hex[:12]}"
         reader = spec(
-            f'id -u; cat {b_dir}/private.txt {b_dir}/stdout.log; ls {b_dir}; echo ==read==; sleep 1000',
+            f"id -u; cat {b_dir}/private.txt {b_dir}/stdout.log; ls {b_dir}; echo ==read==; sleep 1000",
             session_id=session_a,
         )
         killer = spec('sleep 0.5; [ "$(id -u)" != 0 ] && kill -9 -1; echo survived', session_id=session_a)
@@ -110,7 +110,10 @@ async def test_kill_minus_one_from_a_session_leaves_the_agent_and_other_sessions
         a_output = (work / reader.kernel_id / kernel_proc.STDOUT).read_text()
         a_uid = int(a_output.split()[0])
         assert a_uid not in (0, b_uid) and running_a is not None
-        assert "==read==" in a_output and "Permission denied" in (work / reader.kernel_id / "stderr.log").read_text()
+        assert (
+            "==read==" in a_output
+            and "Permission denied" in (work / reader.kernel_id / "stderr.log").read_text()
+        )
         assert "b-private" not in a_output and "b-log-line" not in a_output
         assert stat.S_IMODE(b_dir.stat().st_mode) == 0o700 and b_dir.stat().st_uid == b_uid
         log = b_dir / kernel_proc.STDOUT

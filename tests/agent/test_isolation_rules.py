@@ -36,7 +36,9 @@ GiB = 2**30
 def test_kernel_environ(
     image: dict[str, str], environ: dict[str, str], port: int | None, want: dict[str, str]
 ) -> None:
-    env = kernel_environ(directory="/w/k", image=image, environ=environ, kernel_id="k", session_id="s", port=port)
+    env = kernel_environ(
+        directory="/w/k", image=image, environ=environ, kernel_id="k", session_id="s", port=port
+    )
     assert {key: env[key] for key in want} == want
     assert env["SOKOVAN_SESSION_ID"] == "s"
     allowed = {"PATH", "HOME", "TMPDIR", "LANG", "SOKOVAN_KERNEL_ID", "SOKOVAN_SESSION_ID", "PORT"}

@@ -29,7 +29,9 @@ def event(label: str) -> BaseModel:
 
 def label_of(fields: dict[Any, Any], secret: str) -> str:
     decoded = decode_event(fields, secret)
-    return f"h{decoded.seq}" if isinstance(decoded, AgentHeartbeat) else str(getattr(decoded, "kernel_id", ""))
+    return (
+        f"h{decoded.seq}" if isinstance(decoded, AgentHeartbeat) else str(getattr(decoded, "kernel_id", ""))
+    )
 
 
 @pytest.mark.parametrize(
