@@ -21,6 +21,7 @@ from sokovan.common.events import AgentEvent, decode_event
 from sokovan.common.rpc import AgentRPCClient, KernelSpec, signed_headers
 from sokovan.common.settings import Settings
 from sokovan.common.slots import ResourceSlots
+from sokovan.harness import reachable
 from tests.support import stopped_after
 
 WAIT = 10.0
@@ -123,7 +124,7 @@ async def agent(settings: Settings, redis: aioredis.Redis, tmp_path: Path) -> As
         slots=ResourceSlots.parse({"cpu": 2, "mem": "1g"}),
         rpc_port=0,
         catalog=ImageCatalog({"custom": ImageEnv(path=("/usr/bin", "/bin"), env={"IMG_VAR": "from-image"})}),
-        work_dir=tmp_path / "work",
+        work_dir=reachable(tmp_path / "work"),  # kernels run under their own uids as root
         kill_grace=1.0,
         heartbeat_interval=0.5,
     )

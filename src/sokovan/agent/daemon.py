@@ -7,6 +7,11 @@ SIGTERM); either way, and on every kernel start and end, the kernels are in the 
 start takes over the ones still running (`ProcessBackend.recover`). A restarted agent has a new
 `boot_id` and counts its heartbeats from 1 again.
 
+Kernels are isolated as far as the host allows (`isolation`): the start log says how (a uid
+per session or the agent's own user; cgroup v2 or rlimits). Every `housekeeping_interval` seconds
+kernels whose directory passed the work-dir cap are ended and the directories of kernels that
+ended more than `keep_ended_kernels` seconds ago are removed (`ProcessBackend.police`, `sweep`).
+
 Every event goes through one outbox (`outbox.EventOutbox`), published by one task in the order
 it was emitted, and retried while Redis is unreachable; so the manager sees, per agent, the
 heartbeat that registered it before any kernel event, and KernelRunning before the
@@ -18,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +34,8 @@ from sokovan.agent.events import image_unavailable, kernel_ids
 from sokovan.agent.health import DEFAULT_MIN_FREE_DISK, check_health
 from sokovan.agent.heartbeat_timing import HeartbeatInterval
 from sokovan.agent.images import ImageCatalog
+from sokovan.agent.isolation import Isolation, IsolationOptions
+from sokovan.agent.outbox import MAX_PENDING
 from sokovan.agent.process_backend import ProcessBackend
 from sokovan.agent.rpc_server import RPCServer, single_agent
 from sokovan.agent.runtime import AgentLink
@@ -58,6 +66,7 @@ from sokovan.common.types import AgentClass
 log = structlog.get_logger(__name__)
 
 DRAIN_TIMEOUT = 10.0
+HOUSEKEEPING_INTERVAL = 10.0
 FOLLOW_STEP = 1.0  # the heartbeat loop looks at the (live) interval at least this often
 
 
@@ -78,6 +87,9 @@ class AgentConfig:
     state_file: Path | None = None  # default: <work_dir>/agent-state.json
     # Fault injection for tests: the first event of each of these kinds is dropped (see outbox).
     drop_events: frozenset[str] = frozenset()
+    isolation: IsolationOptions = field(default_factory=IsolationOptions)
+    max_outbox: int = MAX_PENDING  # events kept while Redis is unreachable
+    housekeeping_interval: float = HOUSEKEEPING_INTERVAL
 
     def resolved_work_dir(self) -> Path:
         return self.work_dir or Path(tempfile.gettempdir()) / f"sokovan-agent-{self.agent_id}"
@@ -98,6 +110,8 @@ class AgentDaemon(Service):
         self.boot_id = uuid.uuid4().hex
         self.work_dir = config.resolved_work_dir()
         self.state_file = config.resolved_state_file()
+        self._outbox.max_pending = config.max_outbox
+        self.isolation, self._cgroup_note = Isolation.detect(config.isolation)
         self.backend = ProcessBackend(
             config.agent_id,
             self.work_dir,
@@ -106,6 +120,7 @@ class AgentDaemon(Service):
             config.kill_grace,
             service_host=service_host(config.rpc_host),
             state=StateFile(self.state_file, config.agent_id),
+            isolation=self.isolation,
         )
         self.interval = HeartbeatInterval(settings, config.heartbeat_interval)
         self._rpc = RPCServer(single_agent(self), self._link.secret, config.rpc_host, config.rpc_port)
@@ -120,7 +135,7 @@ class AgentDaemon(Service):
 
     async def start(self) -> None:
         await self._link.open(
-            self._rpc, "the agent", prepare=lambda: self.work_dir.mkdir(parents=True, exist_ok=True)
+            self._rpc, "the agent", prepare=lambda: self.isolation.prepare_work_dir(self.work_dir)
         )
         self._started = True
         recovered = self.backend.recover()
@@ -130,6 +145,7 @@ class AgentDaemon(Service):
             self._outbox.emit(event)
         self._link.spawn(self.interval.follow(), name="agent-heartbeat-interval")
         self._link.spawn(self._heartbeat_loop(), name="agent-heartbeat")
+        self._link.spawn(self._housekeeping_loop(), name="agent-housekeeping")
         log.info(
             "agent.started",
             agent_id=self.agent_id,
@@ -137,7 +153,9 @@ class AgentDaemon(Service):
             boot_id=self.boot_id,
             kernels_taken_over=self.backend.running_kernels(),
             heartbeat_interval=self.interval.source,
+            max_outbox=self.config.max_outbox,
         )
+        log.info("agent.isolation", **self.isolation.describe(), cgroups=self._cgroup_note)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop` is set; a `StopSignal` set by SIGTERM leaves the kernels running."""
@@ -198,6 +216,17 @@ class AgentDaemon(Service):
                 continue
             self._heartbeat()
             last = loop.time()
+
+    async def _housekeeping_loop(self) -> None:
+        """The work-dir cap and the retention of ended kernels' directories, now and then."""
+        while not self._stopping.is_set():
+            try:
+                await self.backend.police()
+                await self.backend.sweep(time.time())
+            except OSError as exc:
+                log.warning("agent.housekeeping_failed", error=str(exc))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.config.housekeeping_interval)
 
     # RPC handlers (see rpc_server.AgentRPCHandlers)
 

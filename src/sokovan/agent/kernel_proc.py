@@ -1,7 +1,9 @@
 """A kernel's OS processes: starting one under the exit-code wrapper, telling whether a recorded pid
 is still that kernel, and waiting for its end whether or not this agent is its parent.
 
-A kernel is `python -I -S kernel_wrapper.py <dir>/exit-code -- /bin/sh -c <command>`, started as the
+A kernel is `python -I -S kernel_wrapper.py` running `/bin/sh -c <command>` (the launch document,
+`launch_document`, goes to the wrapper on stdin, so neither the session's variables nor its
+command are in any process's argv or in the wrapper's own environment), started as the
 leader of a new session, so its pid is also its process group (what `killpg` stops). The pid's
 start time (field 22 of /proc/<pid>/stat) is recorded with it: after an agent restart a pid whose
 start time differs is another process that reused the number, never the kernel.
@@ -16,58 +18,105 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sokovan.agent import kernel_wrapper
+from sokovan.agent.log_tail import open_own_file
 
 IDLE_COMMAND = "exec sleep 2147483647"
 EXIT_FILE = "exit-code"
+STDOUT, STDERR = "stdout.log", "stderr.log"
+DEFAULT_MAX_LOG_BYTES = 16 * 2**20
 POLL_INTERVAL = 0.2  # without pidfds: how often a kernel's liveness is checked
 WRAPPER = Path(kernel_wrapper.__file__).resolve()
+WRAPPER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}  # the wrapper's own, never the session's
 
 
-def wrapper_argv(command: str | None, exit_file: Path) -> list[str]:
-    """The argv that runs `/bin/sh -c <command>` (or the idle command) under the wrapper."""
-    shell = ["/bin/sh", "-c", command if command is not None else IDLE_COMMAND]
-    return [sys.executable, "-I", "-S", str(WRAPPER), str(exit_file), "--", *shell]
+@dataclass(frozen=True)
+class Launch:
+    """How the wrapper runs the program: as whom and with which bounds (all optional)."""
+
+    uid: int | None = None  # None: as the wrapper's own user
+    rlimits: Mapping[str, int] = field(default_factory=dict)
+    cgroup: str | None = None
+    umask: int | None = None
+    max_log_bytes: int = DEFAULT_MAX_LOG_BYTES
 
 
-def spawn(command: str | None, directory: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def wrapper_argv() -> list[str]:
+    return [sys.executable, "-I", "-S", str(WRAPPER)]
+
+
+def launch_document(command: str | None, directory: Path, env: Mapping[str, str], launch: Launch) -> bytes:
+    """What the wrapper reads on stdin: `/bin/sh -c <command>` (or the idle command) and its bounds."""
+    document: dict[str, Any] = {
+        "argv": ["/bin/sh", "-c", command if command is not None else IDLE_COMMAND],
+        "env": dict(env),
+        "cwd": str(directory),
+        "exit_file": str(directory / EXIT_FILE),
+        "stdout": str(directory / STDOUT),
+        "stderr": str(directory / STDERR),
+        "max_log_bytes": launch.max_log_bytes,
+        "rlimits": dict(launch.rlimits),
+    }
+    if launch.uid is not None:
+        document["uid"] = launch.uid
+    if launch.umask is not None:
+        document["umask"] = launch.umask
+    if launch.cgroup is not None:
+        document["cgroup"] = launch.cgroup
+    return json.dumps(document).encode()
+
+
+def spawn(
+    command: str | None, directory: Path, env: Mapping[str, str], launch: Launch | None = None
+) -> subprocess.Popen[bytes]:
     """Start a kernel in `directory` (a session of its own), output to its log files there.
 
     A stale exit-code file (of an earlier kernel with the same id) is removed first."""
-    exit_file = directory / EXIT_FILE
-    exit_file.unlink(missing_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-    out = os.open(directory / "stdout.log", flags, 0o644)
+    (directory / EXIT_FILE).unlink(missing_ok=True)
+    document = launch_document(command, directory, env, launch or Launch())
+    proc = subprocess.Popen(
+        wrapper_argv(),
+        cwd=directory,
+        env=WRAPPER_ENV,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    stdin = proc.stdin
+    assert stdin is not None
     try:
-        err = os.open(directory / "stderr.log", flags, 0o644)
-        try:
-            return subprocess.Popen(
-                wrapper_argv(command, exit_file),
-                cwd=directory,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
-        finally:
-            os.close(err)
-    finally:
-        os.close(out)
+        with stdin:
+            stdin.write(document)
+    except OSError:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc
 
 
 def read_exit_code(directory: Path) -> int | None:
-    """The code the wrapper recorded in `directory`, or None when it wrote none."""
+    """The code the wrapper recorded in `directory`, or None when it wrote none. Only a regular
+    file of the agent's own user counts: a kernel cannot forge its code with a file of its own."""
+    fd = open_own_file(directory / EXIT_FILE)
+    if fd is None:
+        return None
     try:
-        return int((directory / EXIT_FILE).read_text().strip())
+        return int(os.read(fd, 32).decode().strip())
     except (OSError, ValueError):
         return None
+    finally:
+        os.close(fd)
 
 
 def _stat_fields(pid: int) -> list[str] | None:

@@ -7,6 +7,14 @@ batch that fails (Redis unreachable) is retried whole until Redis takes it: deli
 least once, and the order of emission is kept, so the manager sees an agent's registration
 before its kernel events and a kernel's KernelRunning before its KernelTerminated.
 
+While Redis is unreachable the outbox holds at most `max_pending` events (`--max-outbox`, default
+10,000), so an outage cannot grow the agent without bound. Past it the oldest heartbeat goes
+first (a newer one says the same and more), then the oldest event of any kind; every drop is
+counted (`dropped_heartbeats`, `dropped_events`) and logged (`event.outbox_dropped`, the first
+and every thousandth). A lost kernel event is not lost for good: the manager's reconciler asks
+the agent about every kernel whose state it has not heard of in a while, and the agent answers
+with the event that tells the kernel's current state (`ProcessBackend.reconcile`).
+
 For tests of the manager's recovery, an outbox can be told to lose events on purpose
 (`EventDropper`, the agent's hidden `--drop-events` option): the first event of each named kind
 is dropped instead of emitted, once per outbox (per agent process, per hollow fleet).
@@ -16,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -31,6 +38,9 @@ from sokovan.common.events import KERNEL_EVENT_TYPES, AgentHeartbeat, AgentStopp
 log = structlog.get_logger(__name__)
 
 MAX_BATCH = 500
+MAX_PENDING = 10_000
+LOG_EVERY_DROP = 1000
+HEARTBEAT = str(AgentHeartbeat.model_fields["name"].default)
 
 # The `name` of every event an agent publishes: what `--drop-events` accepts.
 EVENT_NAMES: frozenset[str] = frozenset(
@@ -105,7 +115,12 @@ class EventOutbox:
         self._key = stream_key(prefix)
         self._secret = secret
         self._max_batch = max_batch
-        self._pending: collections.deque[dict[str, str]] = collections.deque()
+        self._pending: collections.deque[tuple[str, dict[str, str]]] = collections.deque()  # (name, fields)
+        self._in_flight = 0
+        self._heartbeats = 0  # how many of the pending are heartbeats
+        self.max_pending = MAX_PENDING
+        self.dropped_heartbeats = 0
+        self.dropped_events = 0
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -116,12 +131,40 @@ class EventOutbox:
     def emit(self, event: BaseModel) -> None:
         if self._dropper is not None and self._dropper.drops(event):
             return
-        self._pending.append(encode_event(event, self._secret))
+        name = str(getattr(event, "name", ""))
+        self._pending.append((name, encode_event(event, self._secret)))
+        self._heartbeats += name == HEARTBEAT
+        while len(self._pending) > self.max_pending:
+            self._drop_oldest()
         self._idle.clear()
         self._wakeup.set()
 
+    def _drop_oldest(self) -> None:
+        """Drop the oldest pending heartbeat, or without one the oldest pending event."""
+        if self._heartbeats:
+            index = next(i for i, (name, _) in enumerate(self._pending) if name == HEARTBEAT)
+            del self._pending[index]
+            self._heartbeats -= 1
+            self.dropped_heartbeats += 1
+        else:
+            self._pending.popleft()
+            self.dropped_events += 1
+        dropped = self.dropped_heartbeats + self.dropped_events
+        if dropped % LOG_EVERY_DROP == 1 or LOG_EVERY_DROP == 1:
+            log.warning(
+                "event.outbox_dropped",
+                heartbeats=self.dropped_heartbeats,
+                events=self.dropped_events,
+                max_pending=self.max_pending,
+            )
+
+    def pending_names(self) -> list[str]:
+        """The names of the pending events, oldest first (for tests and diagnostics)."""
+        return [name for name, _ in self._pending]
+
     def __len__(self) -> int:
-        return len(self._pending)
+        """Events not published yet (pending and in flight)."""
+        return len(self._pending) + self._in_flight
 
     async def publish_many(self, entries: list[dict[str, str]]) -> None:
         """One pipeline (no transaction) of `XADD`s, in order; raises if Redis did not take them."""
@@ -139,7 +182,10 @@ class EventOutbox:
                 await self._wakeup.wait()
                 continue
             count = min(len(self._pending), self._max_batch)
-            batch = list(itertools.islice(self._pending, count))
+            taken = [self._pending.popleft() for _ in range(count)]  # drops never touch a batch in flight
+            self._heartbeats -= sum(name == HEARTBEAT for name, _ in taken)
+            self._in_flight = count
+            batch = [fields for _, fields in taken]
             delay = 0.1
             while True:
                 try:
@@ -149,8 +195,7 @@ class EventOutbox:
                     log.warning("event.publish_failed", events=len(batch), error=str(exc))
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 5.0)
-            for _ in range(count):
-                self._pending.popleft()
+            self._in_flight = 0
             self.published += count
 
     async def drain(self, limit: float) -> bool:

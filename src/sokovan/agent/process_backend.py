@@ -2,7 +2,11 @@
 
 A kernel runs `/bin/sh -c <command>` in `<work_dir>/<kernel_id>/`, under the exit-code wrapper
 (`kernel_proc`), in a session (and process group) of its own, with stdout/stderr in
-`stdout.log`/`stderr.log` there; the files outlive the process so that `logs` works after the end.
+`stdout.log`/`stderr.log` there (capped, see `kernel_wrapper`); the files outlive the process so
+that `logs` works after the end, for `keep_ended_kernels` seconds (`sweep`). Its environment is
+`kernel_env`'s, never the agent's; its user, directory rights and limits are `isolation`'s. A
+kernel whose directory grows past the work-dir cap is ended (`police`) like one that wrote a file
+past RLIMIT_FSIZE: with SIGXFSZ, so exit code 153, and a line in its stderr.log saying why.
 One task per kernel awaits its exit and reports it. A kernel of an `inference` session also gets a
 TCP port of its own in `PORT`, reserved until it ends, and reports `http://<host>:<port>` as its
 service address (see `service_ports`).
@@ -33,8 +37,12 @@ from pydantic import BaseModel
 
 from sokovan.agent import kernel_proc
 from sokovan.agent.events import Ended, EndReason, destroyed_again, image_unavailable, kernel_ids
+from sokovan.agent.housekeeping import dir_size, expired_kernel_dirs, remove_tree
 from sokovan.agent.images import ImageCatalog
+from sokovan.agent.isolation import Isolation, IsolationOptions
+from sokovan.agent.kernel_env import kernel_environ
 from sokovan.agent.kernel_wrapper import exit_code as exit_code_of
+from sokovan.agent.log_tail import LOG_TAIL_BYTES, tail
 from sokovan.agent.oom import SIGKILL_EXIT, killed_for_memory, oom_kill_count
 from sokovan.agent.reconcile import reconcile_event
 from sokovan.agent.service_ports import INFERENCE, PortAllocator
@@ -46,7 +54,6 @@ log = structlog.get_logger(__name__)
 
 Emit = Callable[[BaseModel], None]
 
-LOG_TAIL_BYTES = 64 * 1024
 MAX_REMEMBERED = 10_000  # ended kernels whose exit code and reason are kept (destroy, reconcile)
 _KERNEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -100,6 +107,7 @@ class ProcessBackend:
         kill_grace: float = 5.0,
         service_host: str = "127.0.0.1",
         state: StateFile | None = None,
+        isolation: Isolation | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.work_dir = work_dir
@@ -108,6 +116,7 @@ class ProcessBackend:
         self.service_host = service_host
         self.ports = PortAllocator()
         self.state = state
+        self.isolation = isolation or Isolation(IsolationOptions(), None, root=os.geteuid() == 0)
         self._emit = emit
         self._live: dict[str, _Kernel] = {}
         self._ended: OrderedDict[str, Ended] = OrderedDict()
@@ -148,17 +157,24 @@ class ProcessBackend:
         if image is None:
             raise ValueError(image_unavailable(spec.image, self.agent_id))
         directory = self.work_dir / spec.kernel_id
-        directory.mkdir(parents=True, exist_ok=True)
-        env = {"HOME": str(directory), **image.environment(), **spec.environ}
-        env.update(SOKOVAN_KERNEL_ID=spec.kernel_id, SOKOVAN_SESSION_ID=spec.session_id)
         port = self.ports.allocate() if spec.session_type == INFERENCE else None
-        if port is not None:
-            env["PORT"] = str(port)  # the agent's port wins over one in the session's environ
+        env = kernel_environ(
+            directory=str(directory),
+            image=image.environment(),
+            environ=spec.environ,
+            kernel_id=spec.kernel_id,
+            session_id=spec.session_id,
+            port=port,
+        )
         mark = oom_kill_count()
         try:
-            proc = kernel_proc.spawn(spec.command, directory, env)
+            launch = self.isolation.prepare(spec, directory)
+            proc = kernel_proc.spawn(spec.command, directory, env, launch)
         except BaseException:
             self.ports.release(port)
+            self.isolation.ended(
+                spec.kernel_id, spec.session_id, directory, self._has_session(spec.session_id)
+            )
             raise
         record = KernelRecord(
             kernel_id=spec.kernel_id,
@@ -169,8 +185,13 @@ class ProcessBackend:
             port=port,
             service_addr=f"http://{self.service_host}:{port}" if port is not None else None,
             oom_mark=mark,
+            uid=launch.uid,
         )
         return _Kernel(record, proc)
+
+    def _has_session(self, session_id: str) -> bool:
+        """Whether a kernel of `session_id` runs here."""
+        return any(kernel.session_id == session_id for kernel in self._live.values())
 
     def _watch(self, kernel: _Kernel) -> None:
         """Count `kernel` as live and watch it until it ends."""
@@ -200,6 +221,9 @@ class ProcessBackend:
         """Forget a kernel that ended (remembering how) and free its port; the event to report."""
         self._live.pop(record.kernel_id, None)
         self.ports.release(record.port)
+        self.isolation.ended(
+            record.kernel_id, record.session_id, Path(record.directory), self._has_session(record.session_id)
+        )
         self._ended[record.kernel_id] = Ended(record.session_id, exit_code, reason)
         while len(self._ended) > MAX_REMEMBERED:
             self._ended.popitem(last=False)
@@ -223,7 +247,14 @@ class ProcessBackend:
         kernel.killed = True
         kernel_proc.killpg(kernel.pid, signal.SIGKILL)
 
-    async def _kill(self, kernel: _Kernel, forced: bool) -> None:
+    async def _kill(self, kernel: _Kernel, forced: bool, grace_first: bool = False) -> None:
+        """SIGTERM (unless `forced`), SIGKILL after the grace; `grace_first`: a signal was sent
+        already, SIGKILL only after the grace."""
+        if grace_first:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(kernel.done.wait(), self.kill_grace)
+            if kernel.done.is_set():
+                return
         if not forced:
             kernel_proc.killpg(kernel.pid, signal.SIGTERM)
             try:
@@ -280,15 +311,19 @@ class ProcessBackend:
         if self.state is None:
             return []
         found: list[BaseModel] = []
-        for record in self.state.load():
-            if record.kernel_id in self._live or not valid_kernel_id(record.kernel_id):
-                continue
-            if kernel_proc.alive(record.pid, record.pid_start):
-                kernel = _Kernel(record)
-                self.ports.reserve(record.port)
-                self._watch(kernel)
-                found.append(self._running_event(kernel))
-                log.info("kernel.reattached", kernel_id=record.kernel_id, pid=record.pid)
+        records = [
+            r for r in self.state.load() if r.kernel_id not in self._live and valid_kernel_id(r.kernel_id)
+        ]
+        alive = [r for r in records if kernel_proc.alive(r.pid, r.pid_start)]
+        for record in alive:  # first: a session's uid is not released while a kernel of it runs
+            kernel = _Kernel(record)
+            self.ports.reserve(record.port)
+            self.isolation.uids.restore(record.session_id, record.uid)
+            self._watch(kernel)
+            found.append(self._running_event(kernel))
+            log.info("kernel.reattached", kernel_id=record.kernel_id, pid=record.pid)
+        for record in records:
+            if record in alive:
                 continue
             exit_code = kernel_proc.read_exit_code(Path(record.directory))
             reason = end_reason(exit_code, record.oom_mark, destroy_requested=False)
@@ -306,18 +341,43 @@ class ProcessBackend:
             return None
         return LogsResponse(
             kernel_id=kernel_id,
-            stdout=_tail(directory / "stdout.log"),
-            stderr=_tail(directory / "stderr.log"),
+            stdout=tail(directory / kernel_proc.STDOUT, LOG_TAIL_BYTES),
+            stderr=tail(directory / kernel_proc.STDERR, LOG_TAIL_BYTES),
         )
 
+    async def police(self) -> list[str]:
+        """End every kernel whose directory holds more than the work-dir cap; their ids."""
+        cap = self.isolation.options.max_work_dir_bytes
+        kernels = [k for k in self._live.values() if not k.destroy_requested and k.killer is None]
+        sizes = await asyncio.to_thread(lambda: [dir_size(Path(k.record.directory), cap) for k in kernels])
+        over = [k for k, size in zip(kernels, sizes, strict=True) if size > cap and k.killer is None]
+        for kernel in over:
+            log.warning("kernel.work_dir_over_cap", kernel_id=kernel.kernel_id, cap=cap)
+            _note_in_log(Path(kernel.record.directory), f"work directory grew past {cap} bytes")
+            kernel_proc.killpg(kernel.pid, signal.SIGXFSZ)
+            kernel.killer = asyncio.create_task(self._kill(kernel, forced=True, grace_first=True))
+        return [k.kernel_id for k in over]
 
-def _tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - limit))
-            data = f.read(limit)
-    except OSError:
-        return ""
-    return data.decode("utf-8", errors="replace")
+    async def sweep(self, now: float) -> list[str]:
+        """Remove the directories (and logs) of kernels that ended more than `keep_ended_kernels`
+        seconds ago; their ids."""
+        keep = self.isolation.options.keep_ended_kernels
+        async with self._lock:  # no create of the same id meanwhile
+            expired = expired_kernel_dirs(self.work_dir, set(self._live), keep, now, valid_kernel_id)
+            for directory in expired:
+                await asyncio.to_thread(remove_tree, directory)
+        if expired:
+            log.info("kernel.directories_removed", kernels=[d.name for d in expired], kept_for=keep)
+        return [d.name for d in expired]
+
+
+def _note_in_log(directory: Path, why: str) -> None:
+    """Append the agent's reason for ending a kernel to its stderr.log (never through a link)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    with contextlib.suppress(OSError):
+        fd = os.open(directory / kernel_proc.STDERR, flags)
+        try:
+            if os.fstat(fd).st_uid == os.geteuid():
+                os.write(fd, f"\n[sokovan agent] kernel ended: {why}\n".encode())
+        finally:
+            os.close(fd)

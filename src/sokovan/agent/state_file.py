@@ -37,6 +37,7 @@ class KernelRecord(BaseModel):
     port: int | None = None
     service_addr: str | None = None
     oom_mark: int | None = None
+    uid: int | None = None  # the session's uid the kernel runs under (None: the agent's own)
 
 
 class AgentState(BaseModel):

@@ -2,8 +2,18 @@
 
 Every option is also a config-file key (`id`, `scaling_group`, `slots`, `rpc_host`, `rpc_port`,
 `images`, `work_dir`, `kill_grace`, `heartbeat_interval`, `class`, `min_free_disk`, `state_file`,
-`simulate`, `pull_delay`, `pull_failure_rate`, `seed`, `max_kernels`, `pause_file`, `drop_events`);
-a flag wins over the file.
+`simulate`, `pull_delay`, `pull_failure_rate`, `seed`, `max_kernels`, `pause_file`, `drop_events`,
+`kernel_uids`, `max_log_bytes`, `max_work_dir_bytes`, `keep_ended_kernels`, `max_outbox`,
+`secret_file`); a flag wins over the file.
+
+The cluster secret comes from `--secret-file` (env SOKOVAN_CLUSTER_SECRET_FILE; a file others
+cannot read, see `agent.secret_file`) or from SOKOVAN_CLUSTER_SECRET; either way it is then
+removed from the agent's environment, and the agent makes itself non-dumpable. Kernels' bounds:
+`--kernel-uids` (a uid per session when the agent is root; default 20000-29999),
+`--max-log-bytes` (per stream, default 16m, the newest output kept), `--max-work-dir-bytes`
+(default 1g: no file larger, and a kernel whose directory grows past it is ended),
+`--keep-ended-kernels` (seconds an ended kernel's directory and logs are kept, default 3600);
+`--max-outbox` (events kept while Redis is unreachable, default 10000).
 
 Without `--heartbeat-interval` the agent beats at the cluster's `heartbeat_interval` (etcd section
 `manager/node_lifecycle`, followed live; 10 s when it is absent or etcd is unreachable). `--class`
@@ -41,10 +51,19 @@ from sokovan.agent.daemon import AgentConfig, AgentDaemon
 from sokovan.agent.health import DEFAULT_MIN_FREE_DISK, parse_size
 from sokovan.agent.hollow import DEFAULT_SLOTS, HollowConfig, HollowFleet
 from sokovan.agent.images import ImageCatalog, ImageCatalogError
-from sokovan.agent.outbox import parse_event_names
+from sokovan.agent.isolation import IsolationOptions
+from sokovan.agent.kernel_uids import UidRange
+from sokovan.agent.outbox import MAX_PENDING, parse_event_names
 from sokovan.agent.runtime import AgentStartError
+from sokovan.agent.secret_file import (
+    SECRET_FILE_ENV,
+    SecretFileError,
+    make_undumpable,
+    read_secret_file,
+    scrub,
+)
 from sokovan.agent.signals import stop_on_agent_signals
-from sokovan.cli.common import config_option, load_with_secret
+from sokovan.cli.common import config_option, load_or_exit
 from sokovan.common.settings import ConfigFileError, Settings, read_config_file
 from sokovan.common.slots import ResourceSlots, SlotError
 from sokovan.common.types import AgentClass
@@ -117,6 +136,12 @@ class AgentFlags:
     state_file: str | None = None
     pause_file: str | None = None
     drop_events: str | None = None
+    kernel_uids: str | None = None
+    max_log_bytes: str | None = None
+    max_work_dir_bytes: str | None = None
+    keep_ended_kernels: float | None = None
+    max_outbox: int | None = None
+    secret_file: str | None = None
 
 
 def build_config(file_values: dict[str, Any], flags: AgentFlags) -> AgentConfig:
@@ -155,7 +180,45 @@ def build_config(file_values: dict[str, Any], flags: AgentFlags) -> AgentConfig:
     config.min_free_disk = _min_free_disk(flags.min_free_disk, file_values)
     state_file = _pick(flags.state_file, file_values, "state_file", str)
     config.state_file = Path(state_file) if state_file else None
+    config.isolation = _isolation(flags, file_values)
+    outbox = _pick(flags.max_outbox, file_values, "max_outbox", int)
+    if outbox is not None and outbox < 1:
+        raise click.ClickException("max outbox must be at least 1")
+    config.max_outbox = MAX_PENDING if outbox is None else int(outbox)
     return config
+
+
+def _isolation(flags: AgentFlags, file_values: dict[str, Any]) -> IsolationOptions:
+    defaults = IsolationOptions()
+    uids = _pick(flags.kernel_uids, file_values, "kernel_uids", str)
+    keep = _pick(flags.keep_ended_kernels, file_values, "keep_ended_kernels", (int, float))
+    if keep is not None and keep < 0:
+        raise click.ClickException("keep ended kernels must not be negative")
+    try:
+        kernel_uids = UidRange.parse(uids) if uids is not None else defaults.kernel_uids
+    except ValueError as exc:
+        raise click.ClickException(f"bad --kernel-uids: {exc}") from exc
+    return IsolationOptions(
+        kernel_uids=kernel_uids,
+        max_log_bytes=_size(flags.max_log_bytes, file_values, "max_log_bytes", defaults.max_log_bytes),
+        max_work_dir_bytes=_size(
+            flags.max_work_dir_bytes, file_values, "max_work_dir_bytes", defaults.max_work_dir_bytes
+        ),
+        keep_ended_kernels=defaults.keep_ended_kernels if keep is None else float(keep),
+    )
+
+
+def _size(flag: str | None, file_values: dict[str, Any], key: str, default: int) -> int:
+    value = _pick(flag, file_values, key, (str, int))
+    if value is None:
+        return default
+    try:
+        size = parse_size(value)
+    except ValueError as exc:
+        raise click.ClickException(f"bad --{key.replace('_', '-')}: {exc}") from exc
+    if size < 1024:
+        raise click.ClickException(f"bad --{key.replace('_', '-')}: at least 1k")
+    return size
 
 
 def _agent_class(flag: str | None, file_values: dict[str, Any]) -> AgentClass:
@@ -192,6 +255,21 @@ def _max_kernels(flag: int | None, file_values: dict[str, Any]) -> int | None:
     if value < 0:
         raise click.ClickException("max kernels must not be negative")
     return int(value)
+
+
+def _secret(flags: AgentFlags, file_values: dict[str, Any], from_env: str | None) -> str:
+    """The cluster secret: from the secret file when one is named, else the environment's."""
+    path = _pick(flags.secret_file, file_values, "secret_file", str)
+    if path:
+        try:
+            return read_secret_file(Path(path))
+        except SecretFileError as exc:
+            raise click.ClickException(f"{exc}: the agent refuses to start") from exc
+    if not from_env:
+        raise click.ClickException(
+            "SOKOVAN_CLUSTER_SECRET is not set (nor --secret-file): the agent refuses to start"
+        )
+    return from_env
 
 
 def build_hollow_config(
@@ -302,6 +380,33 @@ async def _serve(settings: Settings, config: AgentConfig | HollowConfig) -> None
     help="Most kernels this agent (each hollow agent) takes (no limit).",
 )
 @click.option(
+    "--kernel-uids",
+    default=None,
+    metavar="FIRST-LAST",
+    help="As root: the uids sessions' kernels run under, one per session (20000-29999).",
+)
+@click.option("--max-log-bytes", default=None, metavar="SIZE", help="Cap of each kernel log stream (16m).")
+@click.option(
+    "--max-work-dir-bytes",
+    default=None,
+    metavar="SIZE",
+    help="Cap of a kernel's directory and of any file in it (1g).",
+)
+@click.option(
+    "--keep-ended-kernels",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="How long an ended kernel's directory and logs are kept (3600).",
+)
+@click.option("--max-outbox", type=int, default=None, help="Events kept while Redis is unreachable (10000).")
+@click.option(
+    "--secret-file",
+    default=None,
+    envvar=SECRET_FILE_ENV,
+    help="File holding the cluster secret (not readable by others); else SOKOVAN_CLUSTER_SECRET.",
+)
+@click.option(
     "--drop-events",
     default=None,
     hidden=True,
@@ -311,11 +416,14 @@ async def _serve(settings: Settings, config: AgentConfig | HollowConfig) -> None
 def agent(config: str | None, **options: Any) -> None:
     """Run an agent daemon whose kernels are OS processes (or, with --simulate N, N hollow agents)."""
     flags = AgentFlags(**options)
-    settings = load_with_secret(config, "the agent refuses to start")
+    settings = load_or_exit(config)
     try:
         file_values = read_config_file(config)
     except ConfigFileError as exc:
         raise click.ClickException(str(exc)) from exc
+    settings.cluster_secret = _secret(flags, file_values, settings.cluster_secret)
+    scrub()
+    make_undumpable()
     count = _pick(flags.simulate, file_values, "simulate", int)
     agent_config = build_config(file_values, flags)
     run_config: AgentConfig | HollowConfig = agent_config

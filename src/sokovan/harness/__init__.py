@@ -30,6 +30,7 @@ from sokovan.harness.process import (
     ProxyProc,
     check_alive,
     free_port,
+    reachable,
     stop_all,
     wait_until,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "count_agents",
     "free_port",
     "prepare_database",
+    "reachable",
     "read_env_file",
     "stop_all",
     "truncate_tables",

@@ -9,7 +9,15 @@ from pathlib import Path
 from types import TracebackType
 
 from sokovan.harness.database import bootstrap_admin, wait_agents
-from sokovan.harness.process import AgentProc, Daemon, ManagerProc, ProxyProc, check_alive, stop_all
+from sokovan.harness.process import (
+    AgentProc,
+    Daemon,
+    ManagerProc,
+    ProxyProc,
+    check_alive,
+    stop_all,
+    write_secret_file,
+)
 
 
 def read_env_file(path: Path) -> dict[str, str]:
@@ -27,6 +35,9 @@ class LocalCluster:
     """A manager (on `bind`, default a free port) and agents started with `env` (which names the
     database, Redis, etcd prefix and cluster secret). Agent work directories go under `workdir`,
     and so do the daemons' logs unless `log` is False. `agent_args` are given to every agent.
+
+    Agents get only what they need of `env` (`agent_environment`: no database URL, no token),
+    and the cluster secret in a file (`<workdir>/.cluster-secret`, 0600), not in their environment.
 
     `stop()`, or leaving a `with` block, stops every daemon it started, also when starting failed
     half-way; agents are stopped with SIGINT, which destroys their kernels (`AgentProc.detach()`
@@ -101,10 +112,18 @@ class LocalCluster:
             simulate=simulate,
             rpc_port=rpc_port,
             extra=(*self.agent_args, *extra),
+            secret_file=self._secret_file(),
         )
         self.agents[agent_id] = agent
         agent.start()
         return agent
+
+    def _secret_file(self) -> Path | None:
+        """The cluster secret in a file of the cluster's directory (0600), for its agents."""
+        secret = self.env.get("SOKOVAN_CLUSTER_SECRET")
+        if not secret:
+            return None
+        return write_secret_file(self.workdir / ".cluster-secret", secret)
 
     def check_alive(self) -> None:
         """HarnessError if any daemon exited without being stopped."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import os
 import signal
 import socket
 import subprocess
@@ -33,6 +34,46 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+AGENT_ENV_KEEP = ("PATH", "HOME", "LANG", "TZ", "TMPDIR", "VIRTUAL_ENV")
+AGENT_ENV_PREFIXES = ("SOKOVAN_", "LC_", "PYTHON", "COVERAGE")
+AGENT_ENV_DROP = ("SOKOVAN_DB_URL", "SOKOVAN_TOKEN", "SOKOVAN_API", "SOKOVAN_API_BIND", "SOKOVAN_PROXY_BIND")
+
+
+def agent_environment(env: Mapping[str, str], secret_file: Path | None = None) -> dict[str, str]:
+    """What an agent is given of `env`: the system basics and its SOKOVAN_* settings, never the
+    database URL or an API token (an agent needs neither, and used to pass everything on); with
+    `secret_file`, not the cluster secret either (the agent reads it from that file)."""
+    drop = {*AGENT_ENV_DROP, *(["SOKOVAN_CLUSTER_SECRET"] if secret_file is not None else [])}
+    return {
+        key: value
+        for key, value in env.items()
+        if key not in drop and (key in AGENT_ENV_KEEP or key.startswith(AGENT_ENV_PREFIXES))
+    }
+
+
+def write_secret_file(path: Path, secret: str) -> Path:
+    """`secret` in a new file only this user may read (for an agent's --secret-file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
+    os.chmod(path, 0o600)
+    return path
+
+
+def reachable(path: Path) -> Path:
+    """`path` (made if missing), with every directory from it up that this user owns given the
+    right for others to traverse it (not to list it): an agent running as root starts kernels
+    under their sessions' uids, and they must reach their directories by absolute path (pytest's
+    temporary directories are 0700)."""
+    path.mkdir(parents=True, exist_ok=True)
+    for directory in [path, *path.parents]:
+        info = directory.stat()
+        if info.st_uid == os.geteuid() and not info.st_mode & 0o001:
+            directory.chmod((info.st_mode & 0o7777) | 0o011)
+    return path
 
 
 class Daemon:
@@ -200,7 +241,8 @@ class ManagerProc(_HttpDaemon):
 
 class AgentProc(Daemon):
     """`sokovan agent --id <agent_id>`: a process agent with its kernels under `work_dir`, or with
-    `simulate` a hollow fleet of that many agents. `extra` arguments go last.
+    `simulate` a hollow fleet of that many agents. `extra` arguments go last. Its environment is
+    `agent_environment(env)`; with `secret_file` it reads the cluster secret from there.
 
     Stopped with SIGINT (its kernels are destroyed); `detach()` stops it with SIGTERM, leaving its
     kernels running for a restart (`start()` again, same id and work dir) to take over."""
@@ -218,15 +260,18 @@ class AgentProc(Daemon):
         simulate: int | None = None,
         rpc_port: int = 0,
         extra: Iterable[str] = (),
+        secret_file: Path | None = None,
     ) -> None:
         args = ["agent", "--id", agent_id, "--rpc-port", str(rpc_port)]
+        if secret_file is not None:
+            args += ["--secret-file", str(secret_file)]
         if slots is not None:
             args += ["--slots", slots]
         if work_dir is not None:
-            args += ["--work-dir", str(work_dir)]
+            args += ["--work-dir", str(reachable(work_dir))]
         if simulate is not None:
             args += ["--simulate", str(simulate)]
-        super().__init__(agent_id, [*args, *extra], env, log_dir)
+        super().__init__(agent_id, [*args, *extra], agent_environment(env, secret_file), log_dir)
         self.agent_id = agent_id
 
     def detach(self, timeout: float = 20) -> int:
