@@ -159,7 +159,13 @@ class AgentDaemon(Service):
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop` is set; a `StopSignal` set by SIGTERM leaves the kernels running."""
+        self._link.watch(stop)
         await run_until(self, stop)
+
+    @property
+    def failure(self) -> str | None:
+        """Why a background task ended the daemon, if one did."""
+        return self._link.failure
 
     async def stop(self, detach: bool = False) -> None:
         """Announce the stop, close the RPC server, flush the events. Every kernel is destroyed

@@ -190,7 +190,13 @@ class HollowFleet(Service):
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop` is set; a `StopSignal` set by SIGTERM leaves the kernels to the next start
         (with a state file)."""
+        self._link.watch(stop)
         await run_until(self, stop)
+
+    @property
+    def failure(self) -> str | None:
+        """Why a background task ended the daemon, if one did."""
+        return self._link.failure
 
     async def stop(self, detach: bool = False) -> None:
         """Stop beating, announce every agent's stop, close the RPC server, end every kernel — or,

@@ -1,11 +1,12 @@
 """The agent's event outbox: signed events published in the order they were emitted.
 
-Emitting is synchronous and cheap (the event is encoded and signed at once, with
-`encode_event`); one task publishes whatever has accumulated as one pipeline of `XADD`s, so a
-hollow fleet of a thousand agents costs one Redis round trip per batch, not one per event. A
-batch that fails (Redis unreachable) is retried whole until Redis takes it: delivery is at
-least once, and the order of emission is kept, so the manager sees an agent's registration
-before its kernel events and a kernel's KernelRunning before its KernelTerminated.
+Emitting is synchronous and cheap (the event is encoded at once); it is signed (`seal`) when it
+is published, so an event held through a long Redis outage still carries a fresh time. One task
+publishes whatever has accumulated as one pipeline of `XADD`s, so a hollow fleet of a thousand
+agents costs one Redis round trip per batch, not one per event. A batch that fails (Redis
+unreachable) is retried whole until Redis takes it: delivery is at least once, and the order of
+emission is kept, so the manager sees an agent's registration before its kernel events and a
+kernel's KernelRunning before its KernelTerminated.
 
 While Redis is unreachable the outbox holds at most `max_pending` events (`--max-outbox`, default
 10,000), so an outage cannot grow the agent without bound. Past it the oldest heartbeat goes
@@ -33,7 +34,7 @@ from pydantic import BaseModel
 from redis.exceptions import RedisError
 
 from sokovan.bus.streams import MAXLEN, stream_key
-from sokovan.common.events import KERNEL_EVENT_TYPES, AgentHeartbeat, AgentStopping, encode_event
+from sokovan.common.events import KERNEL_EVENT_TYPES, AgentHeartbeat, AgentStopping, seal
 
 log = structlog.get_logger(__name__)
 
@@ -115,7 +116,7 @@ class EventOutbox:
         self._key = stream_key(prefix)
         self._secret = secret
         self._max_batch = max_batch
-        self._pending: collections.deque[tuple[str, dict[str, str]]] = collections.deque()  # (name, fields)
+        self._pending: collections.deque[tuple[str, str]] = collections.deque()  # (name, event JSON)
         self._in_flight = 0
         self._heartbeats = 0  # how many of the pending are heartbeats
         self.max_pending = MAX_PENDING
@@ -132,7 +133,7 @@ class EventOutbox:
         if self._dropper is not None and self._dropper.drops(event):
             return
         name = str(getattr(event, "name", ""))
-        self._pending.append((name, encode_event(event, self._secret)))
+        self._pending.append((name, event.model_dump_json()))
         self._heartbeats += name == HEARTBEAT
         while len(self._pending) > self.max_pending:
             self._drop_oldest()
@@ -185,14 +186,14 @@ class EventOutbox:
             taken = [self._pending.popleft() for _ in range(count)]  # drops never touch a batch in flight
             self._heartbeats -= sum(name == HEARTBEAT for name, _ in taken)
             self._in_flight = count
-            batch = [fields for _, fields in taken]
             delay = 0.1
             while True:
                 try:
-                    await self.publish_many(batch)
+                    # Signed at each attempt: the time in the signature is when Redis got it.
+                    await self.publish_many([seal(data, self._secret) for _, data in taken])
                     break
                 except (RedisError, OSError) as exc:
-                    log.warning("event.publish_failed", events=len(batch), error=str(exc))
+                    log.warning("event.publish_failed", events=count, error=str(exc))
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 5.0)
             self._in_flight = 0

@@ -1,9 +1,12 @@
 """What a real agent and a hollow fleet share around their RPC server: the Redis connection and
 the one outbox on it, the checks that make a start fail, and the end of their background tasks.
 
-Both refuse to start without a cluster secret. `AgentLink.open` checks that Redis answers, then
-binds the RPC server; when either fails the Redis connection is closed again and the start is an
-`AgentStartError`, so a failed start leaves nothing open.
+Both refuse to start without a cluster secret. `AgentLink.open` waits for Redis to answer (for as
+long as it is away, one log line per attempt, until the daemon is told to stop), then binds the RPC
+server; when that fails the Redis connection is closed again and the start is an `AgentStartError`,
+so a failed start leaves nothing open. A background task that dies on an error sets the daemon's
+stop event and is kept as `failure`, so the daemon stops and its command exits non-zero instead
+of living on without heartbeats.
 """
 
 from __future__ import annotations
@@ -14,11 +17,14 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+import structlog
 
 from sokovan.agent.outbox import EventOutbox
 from sokovan.agent.rpc_server import RPCServer
 from sokovan.common.settings import Settings
+from sokovan.common.supervise import wait_for_service
+
+log = structlog.get_logger(__name__)
 
 
 class AgentStartError(RuntimeError):
@@ -36,14 +42,23 @@ class AgentLink:
         self.redis = aioredis.Redis.from_url(settings.redis_url)
         self.outbox = EventOutbox(self.redis, settings.etcd_prefix, self.secret, drop_events=drop_events)
         self.tasks: list[asyncio.Task[None]] = []
+        self.stop = asyncio.Event()
+        self.failure: str | None = None
+
+    def watch(self, stop: asyncio.Event) -> None:
+        """The event that stops the daemon: ends a wait for Redis, and is set when a task fails."""
+        self.stop = stop
 
     async def open(self, rpc: RPCServer, what: str, prepare: Callable[[], object] | None = None) -> None:
-        """Check that Redis answers, then `prepare()` and bind `rpc` (`what` names it in the error)."""
+        """Wait until Redis answers, then `prepare()` and bind `rpc` (`what` names it in the error)."""
         try:
-            await self.redis.ping()
-        except (RedisError, OSError) as exc:
+            answered = await wait_for_service("redis", self.redis.ping, self.stop)
+        except Exception as exc:
             await self.redis.aclose()
-            raise AgentStartError(f"cannot reach Redis at {self._redis_url}: {exc}") from exc
+            raise AgentStartError(f"cannot use Redis at {self._redis_url}: {exc}") from exc
+        if answered is None:
+            await self.redis.aclose()
+            raise AgentStartError(f"stopped while waiting for Redis at {self._redis_url}")
         try:
             if prepare is not None:
                 prepare()
@@ -55,8 +70,17 @@ class AgentLink:
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         """A background task, cancelled by `close()`."""
         task = asyncio.create_task(coro, name=name)
+        task.add_done_callback(self._ended)
         self.tasks.append(task)
         return task
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+        self.failure = f"{task.get_name()} failed: {error!r}"
+        log.error("agent.task_failed", task=task.get_name(), error=repr(error))
+        self.stop.set()
 
     async def close(self) -> None:
         """Cancel the background tasks, wait for them, and close the Redis connection."""

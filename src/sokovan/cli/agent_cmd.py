@@ -315,6 +315,8 @@ async def _serve(settings: Settings, config: AgentConfig | HollowConfig) -> None
         AgentDaemon(settings, config) if isinstance(config, AgentConfig) else HollowFleet(settings, config)
     )
     await daemon.run(stop_on_agent_signals())
+    if daemon.failure is not None:
+        raise AgentStartError(f"the agent stopped: {daemon.failure}")
 
 
 @click.command()
