@@ -8,11 +8,14 @@ forwarder of `outage_proxy` stands in for the stopped service).
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from pathlib import Path
 
 from sokovan.common.settings import Settings
 from sokovan.harness import ManagerProc, wait_agents
+from tests.agent.agent_procs import children
 from tests.fault.harness import AgentProc
 from tests.fault.outage_proxy import OutageProxy, target_of, via
 
@@ -68,3 +71,24 @@ async def test_agents_started_while_redis_is_away_wait_for_it(
             fleet.stop()
         manager.stop()
         proxy.close()
+
+
+async def test_a_worker_that_dies_stops_the_manager_with_exit_1(
+    fresh_cluster_state: str, service_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`--workers 2`: the second worker SIGKILLed, the parent stops too and says which worker."""
+    manager = ManagerProc(service_env, tmp_path, args=["--workers", "2"])
+    manager.start()
+    try:
+        await manager.wait_healthy(60)
+        assert manager.proc is not None
+        workers = children(manager.proc.pid)
+        assert len(workers) == 1, workers
+        os.kill(workers[0], signal.SIGKILL)  # a pid this test started (through the manager)
+        code = await asyncio.to_thread(manager.wait, 60)
+    finally:
+        if manager.running:
+            manager.kill()
+    last = manager.log_text().strip().splitlines()[-1]
+    assert code == 1, manager.log_tail()
+    assert last == f"Error: the manager stopped: worker {workers[0]} exited with status -9", last

@@ -184,11 +184,31 @@ def serve(settings: Settings, workers: int = 1, reuse_port: bool = False) -> Non
         children = [subprocess.Popen(args) for _ in range(workers - 1)]
         reuse_port = True
 
+    failed: list[str] = []
+
+    async def watch_children(stop: asyncio.Event) -> None:
+        """A worker that exits on its own (a failure it could not ride out) stops them all."""
+        while not stop.is_set():
+            for child in children:
+                code = child.poll()
+                if code is not None:
+                    failed.append(f"worker {child.pid} exited with status {code}")
+                    stop.set()
+                    return
+            await asyncio.sleep(1.0)
+
     async def main() -> None:
-        await run_manager(settings, stop_on_signals(), reuse_port=reuse_port)
+        stop = stop_on_signals()
+        watcher = asyncio.create_task(watch_children(stop))
+        try:
+            await run_manager(settings, stop, reuse_port=reuse_port)
+        finally:
+            watcher.cancel()
 
     try:
         asyncio.run(main())
+        if failed:
+            raise ManagerFailed(failed[0])
     finally:
         for child in children:
             if child.poll() is None:
