@@ -3,7 +3,7 @@
 `load_json` refuses what JSON allows but a request must not carry: nesting deeper than
 `MAX_DEPTH` (Python's parser would raise RecursionError long before a model could say no), NUL
 characters in any string or key (PostgreSQL cannot store them in text, and no name or command
-needs one), and the non-standard constants NaN and Infinity. Each refusal is an `InputError`
+needs one), and numbers that are not finite (the constants NaN and Infinity, or 1e400). Each refusal is an `InputError`
 (a ValueError) with a message fit for the client; the body size is bounded by the server
 (aiohttp's `client_max_size`, 413).
 """
@@ -11,6 +11,7 @@ needs one), and the non-standard constants NaN and Infinity. Each refusal is an 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 MAX_DEPTH = 32
@@ -40,13 +41,17 @@ def load_json(raw: bytes) -> Any:
 
 
 def check_value(value: Any) -> None:
-    """Refuse nesting deeper than `MAX_DEPTH` and NUL in any string or key, without recursion."""
+    """Refuse nesting deeper than `MAX_DEPTH`, NUL in any string or key and numbers that are not
+    finite, without recursion."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, str):
             if NUL in item:
                 raise InputError("strings must not contain NUL (\\u0000)")
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise InputError("numbers must be finite")
         elif isinstance(item, dict | list):
             if depth > MAX_DEPTH:
                 raise InputError(f"JSON nested deeper than {MAX_DEPTH} levels")
