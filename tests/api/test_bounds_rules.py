@@ -128,8 +128,14 @@ def test_command_bound_is_in_bytes(command: str | None, ok: bool) -> None:
 
 @pytest.mark.parametrize(
     ("priority", "admin", "refused"),
-    [(0, False, False), (10, False, False), (11, False, True), (100, False, True), (11, True, False)]
-    + [(100, True, False)],
+    [
+        (0, False, False),
+        (10, False, False),
+        (11, False, True),
+        (100, False, True),
+        (11, True, False),
+        (100, True, False),
+    ],
 )
 def test_priority_above_the_default_is_for_admins(priority: int, admin: bool, refused: bool) -> None:
     refusal = priority_refusal(priority, admin)

@@ -3,9 +3,9 @@
 `load_json` refuses what JSON allows but a request must not carry: nesting deeper than
 `MAX_DEPTH` (Python's parser would raise RecursionError long before a model could say no), NUL
 characters in any string or key (PostgreSQL cannot store them in text, and no name or command
-needs one), and numbers that are not finite (the constants NaN and Infinity, or 1e400). Each refusal is an `InputError`
-(a ValueError) with a message fit for the client; the body size is bounded by the server
-(aiohttp's `client_max_size`, 413).
+needs one), and numbers that are not finite (the constants NaN and Infinity, or 1e400). Each
+refusal is an `InputError` (a ValueError) with a message fit for the client; the body size is
+bounded by the server (aiohttp's `client_max_size`, 413).
 """
 
 from __future__ import annotations
