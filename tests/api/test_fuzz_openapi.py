@@ -10,6 +10,7 @@ from a worker thread, which asks the loop for a checksum of the database around 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,8 +29,11 @@ from sokovan.db.models import Base
 from tests.api.conftest import Api
 
 PROBLEM = "application/problem+json"
-EXAMPLES = 12  # per operation, token and mode
-MORE_EXAMPLES = {("POST", "/v2/sessions"): 40, ("POST", "/v2/deployments"): 30}
+# Per operation, token and mode; SOKOVAN_FUZZ_EXAMPLES=200 SOKOVAN_FUZZ_RANDOM=1 for a deeper,
+# unseeded run by hand.
+EXAMPLES = int(os.environ.get("SOKOVAN_FUZZ_EXAMPLES", "12"))
+MORE_EXAMPLES = {("POST", "/v2/sessions"): 3 * EXAMPLES, ("POST", "/v2/deployments"): 3 * EXAMPLES}
+SEEDED = not os.environ.get("SOKOVAN_FUZZ_RANDOM")
 
 
 async def table_checksums(engine: AsyncEngine) -> dict[str, str]:
@@ -111,7 +115,7 @@ class Run:
         @settings(
             max_examples=MORE_EXAMPLES.get((operation.method.upper(), operation.path), EXAMPLES),
             deadline=None,
-            derandomize=True,
+            derandomize=SEEDED,
             database=None,
             phases=[Phase.explicit, Phase.generate],
             suppress_health_check=list(HealthCheck),

@@ -98,10 +98,11 @@ def build_document(routes: Sequence[Route], version: str) -> dict[str, Any]:
         if route.request is not None:
             errors.append(413)
         for status in errors:
+            admins_only = ": admins only" if route.admin and status == 403 else ""
             op["responses"].setdefault(
                 str(status),
                 {
-                    "description": _reason(status) + (": admins only" if status == 403 and route.admin else ""),
+                    "description": _reason(status) + admins_only,
                     "content": {"application/problem+json": {"schema": problem}},
                 },
             )
