@@ -92,8 +92,10 @@ class RetryPolicy(BaseModel):
         if isinstance(value, list | tuple | set | frozenset):
             out = []
             for item in value:
-                name = item.lower() if isinstance(item, str) else item
-                if (item.upper() if isinstance(item, str) else item) in NEVER_RETRIED:
+                if not isinstance(item, str):  # (a list here is unhashable: no TypeError, a 422)
+                    raise ValueError(f"causes are names, got {item!r:.64}")
+                name = item.lower()
+                if item.upper() in NEVER_RETRIED:
                     raise ValueError(f"{item!r} is never retried and cannot be made eligible")
                 out.append(name)
             return out

@@ -1,7 +1,9 @@
 """Resource slots: a mapping of slot name to a non-negative decimal amount.
 
 Memory takes bytes or binary units ("512m" = 512 MiB, "8g" = 8 GiB). Slots travel as
-strings of decimals in JSON so that no precision is lost.
+strings of decimals in JSON so that no precision is lost. Every amount is at most `MAX_AMOUNT`
+(after units: memory in bytes) with at most `MAX_PLACES` decimal places, so that sums and
+products of slots stay exact; what a session asks for must also be positive (`positive_request`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from decimal import Decimal, InvalidOperation
 _UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*$", re.IGNORECASE)
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+MAX_AMOUNT = Decimal(10) ** 15
+MAX_PLACES = 6
 
 
 class SlotError(ValueError):
@@ -23,6 +27,8 @@ def parse_amount(name: str, value: object) -> Decimal:
     """Parse one slot amount; memory-like slots accept binary units."""
     if isinstance(value, bool):
         raise SlotError(f"slot {name!r}: expected a number, got {value!r}")
+    if isinstance(value, int) and abs(value) > MAX_AMOUNT:  # before Decimal: no huge arithmetic
+        raise SlotError(f"slot {name!r}: amount must be at most {MAX_AMOUNT:.0e}")
     if isinstance(value, int | Decimal):
         amount = Decimal(value)
     elif isinstance(value, float):
@@ -40,9 +46,31 @@ def parse_amount(name: str, value: object) -> Decimal:
             raise SlotError(f"slot {name!r}: {value!r} is not a number") from exc
     else:
         raise SlotError(f"slot {name!r}: expected a number or a string, got {type(value).__name__}")
+    return _bounded(name, amount)
+
+
+def _bounded(name: str, amount: Decimal) -> Decimal:
+    """`amount` in its canonical form, if it is finite, non-negative and within the bounds."""
     if not amount.is_finite() or amount < 0:
         raise SlotError(f"slot {name!r}: amount must be a finite non-negative number")
-    return amount.normalize() if amount != amount.to_integral_value() else amount.quantize(Decimal(1))
+    if amount > MAX_AMOUNT:
+        raise SlotError(f"slot {name!r}: amount must be at most {MAX_AMOUNT:.0e}")
+    if amount != amount.to_integral_value():
+        amount = amount.normalize()
+        exponent = amount.as_tuple().exponent
+        if isinstance(exponent, int) and -exponent > MAX_PLACES:
+            raise SlotError(f"slot {name!r}: at most {MAX_PLACES} decimal places")
+        return amount
+    return amount.quantize(Decimal(1))
+
+
+def positive_request(slots: Mapping[str, Decimal]) -> ResourceSlots:
+    """What one kernel asks for: every slot it names must be more than zero (a slot it does not
+    need is left out), so that no session runs on nothing."""
+    zero = sorted(name for name, amount in slots.items() if amount <= 0)
+    if zero:
+        raise SlotError(f"{', '.join(zero)} must be more than 0 (leave out a slot that is not needed)")
+    return ResourceSlots(slots)
 
 
 class ResourceSlots(dict[str, Decimal]):

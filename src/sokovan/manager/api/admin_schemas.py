@@ -29,6 +29,9 @@ QueuePolicy = Literal["backfill", "block"]
 SlotName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")]
 SlotAmount = StrictInt | StrictFloat | StrictStr
 
+MAX_COUNT = 1_000_000  # sessions: far above any real limit, well inside the INTEGER columns
+MAX_SECONDS = 10**9  # about 31 years: inside INTEGER columns and datetime arithmetic
+
 _SLOTS_DOC = (
     "Slot name → amount (`mem` takes bytes or '8g'). Null or left out: no limit. A slot it does not "
     "name counts as 0 unless default_for_unspecified is 'unlimited'; a slot given as null counts as "
@@ -51,9 +54,14 @@ class ResourcePolicyPut(BaseModel):
 
     total_resource_slots: dict[str, SlotAmount | None] | None = Field(default=None, description=_SLOTS_DOC)
     default_for_unspecified: DefaultForUnspecified = "limited"
-    max_concurrent_sessions: int | None = Field(default=None, ge=0)
-    max_pending_sessions: int | None = Field(default=None, ge=0)
-    max_session_lifetime: int | None = Field(default=None, ge=0, description="seconds")
+    max_concurrent_sessions: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    max_pending_sessions: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    max_session_lifetime: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_SECONDS,
+        description="seconds a session may run before it is ended (LIFETIME_EXCEEDED); null or 0: no limit",
+    )
 
     @field_validator("total_resource_slots")
     @classmethod
@@ -144,6 +152,7 @@ class ScalingGroupPatch(BaseModel):
     pending_timeout: float | None = Field(
         default=None,
         ge=0,
+        le=MAX_SECONDS,
         allow_inf_nan=False,
         description="seconds a session may wait in PENDING; 0 = forever",
     )
@@ -195,7 +204,11 @@ class ScalingGroupCreate(ScalingGroupPatch):
         default="concentrated", description="a registered selector: concentrated, dispersed, roundrobin"
     )
     pending_timeout: float = Field(
-        default=0, ge=0, allow_inf_nan=False, description="seconds a session may wait; 0 = forever"
+        default=0,
+        ge=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
+        description="seconds a session may wait; 0 = forever",
     )
     allowed_session_types: list[SessionType] = Field(default_factory=lambda: list(SessionType), min_length=1)
     queue_policy: QueuePolicy = "backfill"

@@ -34,6 +34,8 @@ class Route:
     # None: no body (a problem document for 4xx/5xx); a tuple: one of these models
     responses: dict[int, type[BaseModel] | tuple[type[BaseModel], ...] | None]
     request: type[BaseModel] | None = None
+    # False: the body may be left out (the model's defaults apply)
+    body_required: bool = True
     params: Sequence[Param] = ()
     auth: bool = True
     admin: bool = False
@@ -74,7 +76,7 @@ def build_document(routes: Sequence[Route], version: str) -> dict[str, Any]:
         }
         if route.request is not None:
             op["requestBody"] = {
-                "required": True,
+                "required": route.body_required,
                 "content": {"application/json": {"schema": ref(route.request, "validation")}},
             }
         for status, model in route.responses.items():
@@ -90,14 +92,17 @@ def build_document(routes: Sequence[Route], version: str) -> dict[str, Any]:
             elif media != "application/json":
                 entry["content"] = {media: {"schema": {"type": "string"}}}
             op["responses"][str(status)] = entry
-        errors = [400, 401, 404, 422, 500] if route.auth else [500]
-        if route.admin:
-            errors.append(403)
+        # 400: a malformed parameter or body (or NUL anywhere); 403: the caller's role may not do
+        # this (an admin's route, another user's listing, a raised priority); 413: a body past 1 MiB.
+        errors = [400, 401, 403, 404, 422, 500] if route.auth else [400, 500]
+        if route.request is not None:
+            errors.append(413)
         for status in errors:
+            admins_only = ": admins only" if route.admin and status == 403 else ""
             op["responses"].setdefault(
                 str(status),
                 {
-                    "description": _reason(status),
+                    "description": _reason(status) + admins_only,
                     "content": {"application/problem+json": {"schema": problem}},
                 },
             )

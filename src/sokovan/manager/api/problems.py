@@ -8,7 +8,7 @@ aiohttp's own HTTP errors (404 unknown route, 405 wrong method, ...) and anythin
 from __future__ import annotations
 
 import asyncio
-import json
+import uuid
 from typing import Any, TypeVar
 
 import structlog
@@ -17,6 +17,7 @@ from aiohttp.typedefs import Handler
 from pydantic import BaseModel, ValidationError
 
 from sokovan.common.problems import problem_response
+from sokovan.manager.api.json_input import InputError, check_text, load_json
 from sokovan.manager.controller.errors import ControllerError
 
 log = structlog.get_logger(__name__)
@@ -69,12 +70,16 @@ def validation_problem(exc: ValidationError, where: str = "body") -> Problem:
 
 
 async def parse_body(request: web.Request, model: type[M]) -> M:
-    """The request body as `model`: 400 when it is not JSON, 422 with field errors when invalid."""
+    """The request body as `model`: 400 when it is not JSON or breaks the bounds of `json_input`,
+    422 with field errors when invalid. The body is read as JSON whatever its Content-Type says
+    (`curl -d` labels it a form).
+
+    Every handler that takes a body reads it here."""
     raw = await request.read()
     try:
-        data = json.loads(raw) if raw else None
-    except ValueError as exc:
-        raise Problem(400, "Malformed JSON", f"the request body is not valid JSON: {exc}") from exc
+        data = load_json(raw) if raw.strip() else None
+    except InputError as exc:
+        raise Problem(400, "Malformed JSON", str(exc)) from exc
     if data is None:
         raise Problem(400, "Malformed JSON", "the request body must be a JSON object")
     try:
@@ -83,9 +88,22 @@ async def parse_body(request: web.Request, model: type[M]) -> M:
         raise validation_problem(exc) from exc
 
 
+def check_request_text(request: web.Request) -> None:
+    """A 400 for NUL in the path or in a query parameter's name or value."""
+    try:
+        check_text("the path", request.path)
+        for name, value in request.query.items():
+            check_text("query parameters", name + value)
+    except InputError as exc:
+        raise Problem(400, "Bad request", str(exc)) from exc
+
+
 @web.middleware
 async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error as a problem document. The last resort, an unexpected exception, is a 500 that
+    names only a reference; the log line with the exception carries the same reference."""
     try:
+        check_request_text(request)
         return await handler(request)
     except Problem as problem:
         return problem.response()
@@ -103,7 +121,12 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
     except asyncio.CancelledError:
         raise
     except Exception:
-        log.exception("unhandled error in API handler", method=request.method, path=request.path)
+        reference = uuid.uuid4().hex[:16]
+        log.exception(
+            "unhandled error in API handler", method=request.method, path=request.path, reference=reference
+        )
         return problem_response(
-            500, "Internal Server Error", "an unexpected error occurred; it has been logged"
+            500,
+            "Internal Server Error",
+            f"an unexpected error occurred; it has been logged with reference {reference}",
         )

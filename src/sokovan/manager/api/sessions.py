@@ -1,8 +1,7 @@
-"""`/v2/sessions`: create, read, list, terminate, retry attempts, history and logs."""
+"""`/v2/sessions`: create, read, list, terminate, retry attempts and history (logs: `session_logs`)."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import uuid
 
@@ -11,6 +10,7 @@ from aiohttp import web
 from pydantic import BaseModel, Field
 
 from sokovan.common.types import SessionResult, SessionStatus, SessionType
+from sokovan.manager.api import session_logs
 from sokovan.manager.api.auth import CTX_KEY, principal_of
 from sokovan.manager.api.common import (
     CONTROLLER_KEY,
@@ -28,8 +28,6 @@ from sokovan.manager.api.schemas import (
     DryRunResponse,
     HistoryItem,
     HistoryList,
-    KernelLogs,
-    LogsResponse,
     SessionCreateRequest,
     SessionList,
     SessionOut,
@@ -136,29 +134,6 @@ async def session_attempts(request: web.Request) -> web.Response:
     return json_response(AttemptList(items=[AttemptOut.model_validate(i) for i in items], next_cursor=None))
 
 
-async def session_logs(request: web.Request) -> web.Response:
-    principal = principal_of(request)
-    session_id = path_uuid(request)
-    ctx = request.app[CTX_KEY]
-    async with ctx.engine.connect() as conn:
-        if not await sessions_read.session_is_visible(conn, session_id, principal):
-            raise not_found("session", session_id)
-        kernels = await sessions_read.kernels_for_logs(conn, session_id)
-
-    async def fetch(kernel_id: uuid.UUID, agent_id: str, rpc_addr: str) -> KernelLogs:
-        try:
-            got = await ctx.rpc.logs(rpc_addr, str(kernel_id), agent_id)
-        except Exception as exc:  # an unreachable agent costs its kernel's logs, not the request
-            log.warning("could not fetch kernel logs", kernel_id=str(kernel_id), error=repr(exc))
-            return KernelLogs(kernel_id=kernel_id, stdout="", stderr="", error=str(exc) or repr(exc))
-        return KernelLogs(kernel_id=kernel_id, stdout=got.stdout, stderr=got.stderr)
-
-    items = await asyncio.gather(
-        *(fetch(k, agent, addr) for k, agent, addr in kernels if agent is not None and addr is not None)
-    )
-    return json_response(LogsResponse(items=list(items)), exclude_none=True)
-
-
 ROUTES = [
     Route(
         "POST",
@@ -217,12 +192,5 @@ ROUTES = [
         {200: HistoryList},
         params=(SESSION_ID, *PAGING),
     ),
-    Route(
-        "GET",
-        "/v2/sessions/{id}/logs",
-        session_logs,
-        "stdout/stderr tail of each kernel placed on an agent",
-        {200: LogsResponse},
-        params=(SESSION_ID,),
-    ),
+    session_logs.ROUTE,
 ]

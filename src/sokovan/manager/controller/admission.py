@@ -18,12 +18,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sokovan.common.slots import ResourceSlots
 from sokovan.db.models import Agent, ScalingGroup, Session
 from sokovan.manager.controller.errors import (
+    Forbidden,
     QuotaExceeded,
     TooManyPending,
     UnknownReference,
     Unsatisfiable,
 )
 from sokovan.manager.controller.feasibility import AgentCapacity, never_fits
+from sokovan.manager.controller.request_bounds import cluster_size_refusal, priority_refusal
 from sokovan.manager.controller.session_spec import SessionCreateRequest
 from sokovan.manager.repositories.sessions_read import visible
 from sokovan.manager.repositories.tenancy import OwnerLimits, Principal, count_pending
@@ -38,6 +40,10 @@ async def admit(
     capacity: CapacityCache | None = None,
 ) -> list[uuid.UUID]:
     """Run every check; returns the de-duplicated dependencies."""
+    refusal = priority_refusal(spec.priority, principal.is_admin)
+    if refusal is not None:
+        raise Forbidden(refusal, errors=[{"field": "priority", "message": refusal, "type": "admin_only"}])
+    await check_cluster_size(conn, spec, capacity)
     await check_placeable(conn, spec, per_kernel, capacity)
     violations = quota_violations(limits, per_kernel.scaled(spec.cluster_size))
     if violations:
@@ -84,6 +90,16 @@ class CapacityCache:
     def __init__(self, ttl: float = 2.0) -> None:
         self._ttl = ttl
         self._items: dict[tuple[str, str], tuple[float, list[str], list[AgentCapacity]]] = {}
+        self._largest: tuple[float, int] = (0.0, 0)
+
+    async def largest_group(self, conn: AsyncConnection) -> int:
+        """How many agents (of any status) the scaling group with the most of them has."""
+        expires, count = self._largest
+        if expires > time.monotonic():
+            return count
+        count = int(await conn.scalar(_LARGEST_GROUP) or 0)
+        self._largest = (time.monotonic() + self._ttl, count)
+        return count
 
     async def lookup(
         self, conn: AsyncConnection, group: str, image: str
@@ -113,6 +129,25 @@ _CAPACITY_SHAPES = (
     .where(Agent.scaling_group == bindparam("group"), Agent.images.contains(bindparam("image", type_=JSONB)))
     .group_by(Agent.available_slots)
 )
+
+
+_GROUP_SIZES = select(func.count().label("n")).select_from(Agent).group_by(Agent.scaling_group).subquery()
+_LARGEST_GROUP = select(func.max(_GROUP_SIZES.c.n))
+
+
+async def check_cluster_size(
+    conn: AsyncConnection, spec: SessionCreateRequest, capacity: CapacityCache | None = None
+) -> None:
+    """No more kernels than the largest scaling group has agents: a bound on what one request can
+    start, whatever its per-kernel slots."""
+    if spec.cluster_size <= 1:
+        return
+    largest = await (capacity or CapacityCache(ttl=0)).largest_group(conn)
+    refusal = cluster_size_refusal(spec.cluster_size, largest)
+    if refusal is not None:
+        raise Unsatisfiable(
+            refusal, errors=[{"field": "cluster_size", "message": refusal, "type": "too_large"}]
+        )
 
 
 async def check_placeable(

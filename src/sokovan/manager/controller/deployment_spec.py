@@ -12,7 +12,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 from sokovan.bus.routing import HealthCheck
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import DeploymentType
-from sokovan.manager.controller.session_spec import parse_resources, with_default_resources
+from sokovan.manager.controller.session_spec import (
+    parse_command,
+    parse_environ,
+    parse_resources,
+    with_default_resources,
+)
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
 MAX_REPLICAS = 1000
@@ -39,7 +44,8 @@ class DeploymentCreateRequest(BaseModel):
     command: str | None = Field(
         default=None,
         max_length=65536,
-        description="custom only (required): the server's command line, listening on $PORT",
+        description="custom only (required): the server's command line, listening on $PORT; "
+        "at most 64 KiB (UTF-8)",
     )
     model: str | None = Field(
         default=None, min_length=1, max_length=512, description="required for vllm, tgi and sglang"
@@ -49,11 +55,16 @@ class DeploymentCreateRequest(BaseModel):
         description="Per-replica slots; slots left out take the defaults cpu=1, mem=256m.",
         json_schema_extra={"example": {"cpu": 1, "mem": "512m"}},
     )
-    environ: dict[str, str] = Field(default_factory=dict)
+    environ: dict[str, str] = Field(
+        default_factory=dict,
+        description="at most 128 names matching [A-Za-z_][A-Za-z0-9_]*, at most 64 KiB in all",
+    )
     scaling_group: str = Field(default="default", min_length=1, max_length=64)
     health_check: HealthCheck = Field(default_factory=HealthCheck)
 
     _parse_resources = field_validator("resources")(parse_resources)
+    _parse_environ = field_validator("environ")(parse_environ)
+    _parse_command = field_validator("command")(parse_command)
 
     def per_replica_slots(self) -> ResourceSlots:
         """The per-replica request: the session defaults overlaid with what the caller gave."""

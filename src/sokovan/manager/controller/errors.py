@@ -54,3 +54,7 @@ class ValidationFailed(ControllerError, status=422, slug="validation-failed", ti
 
 class Conflict(ControllerError, status=409, slug="conflict", title="Conflict"):
     """The request clashes with the current state: a live name taken, a deployment being destroyed."""
+
+
+class Forbidden(ControllerError, status=403, slug="forbidden", title="Forbidden"):
+    """The caller's role may not ask for this (e.g. a user raising a session's priority)."""

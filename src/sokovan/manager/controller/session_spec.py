@@ -21,23 +21,43 @@ from pydantic import (
 )
 
 from sokovan.common.retry_policy import RetryPolicy
-from sokovan.common.slots import ResourceSlots
+from sokovan.common.slots import ResourceSlots, positive_request
 from sokovan.common.types import ClusterMode, SessionType
+from sokovan.manager.controller.request_bounds import (
+    DEFAULT_PRIORITY,
+    MAX_PRIORITY,
+    check_command,
+    check_environ,
+)
 
 DEFAULT_RESOURCES: dict[str, object] = {"cpu": 1, "mem": "256m"}
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 
 def parse_resources(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The validator of a `resources` field (sessions' per kernel, deployments' per replica)."""
+    """The validator of a `resources` field (sessions' per kernel, deployments' per replica):
+    every slot given must be a positive amount within the bounds of `ResourceSlots`."""
     if value is None:
         return None
-    return ResourceSlots.parse(value).to_json()  # SlotError is a ValueError: a field error
+    # SlotError is a ValueError: a field error
+    return positive_request(ResourceSlots.parse(value)).to_json()
+
+
+def parse_environ(value: dict[str, str]) -> dict[str, str]:
+    """The validator of an `environ` field (sessions and deployments)."""
+    check_environ(value)
+    return value
+
+
+def parse_command(value: str | None) -> str | None:
+    """The validator of a `command` field (sessions and deployments)."""
+    check_command(value)
+    return value
 
 
 def with_default_resources(resources: dict[str, Any] | None) -> ResourceSlots:
     """What one kernel asks for: the defaults overlaid with the `resources` the caller gave."""
-    return ResourceSlots.parse({**DEFAULT_RESOURCES, **(resources or {})})
+    return positive_request(ResourceSlots.parse({**DEFAULT_RESOURCES, **(resources or {})}))
 
 
 class SessionCreateRequest(BaseModel):
@@ -48,7 +68,9 @@ class SessionCreateRequest(BaseModel):
     name: str | None = Field(default=None, pattern=NAME_PATTERN)
     image: str = Field(min_length=1, max_length=256)
     type: SessionType = SessionType.BATCH
-    command: str | None = Field(default=None, max_length=65536, validate_default=True)
+    command: str | None = Field(
+        default=None, max_length=65536, validate_default=True, description="at most 64 KiB (UTF-8)"
+    )
     resources: dict[str, StrictInt | StrictFloat | StrictStr] | None = Field(
         default=None,
         description="Per-kernel slots; slots left out take the defaults cpu=1, mem=256m.",
@@ -57,20 +79,29 @@ class SessionCreateRequest(BaseModel):
     cluster_size: int = Field(default=1, ge=1, le=1024)
     cluster_mode: ClusterMode = ClusterMode.SINGLE_NODE
     scaling_group: str = Field(default="default", min_length=1, max_length=64)
-    environ: dict[str, str] = Field(default_factory=dict)
+    environ: dict[str, str] = Field(
+        default_factory=dict,
+        description="at most 128 names matching [A-Za-z_][A-Za-z0-9_]*, at most 64 KiB in all",
+    )
     depends_on: list[uuid.UUID] = Field(default_factory=list, max_length=256)
-    priority: int = Field(default=10, ge=0, le=100)
+    priority: int = Field(
+        default=DEFAULT_PRIORITY,
+        ge=0,
+        le=MAX_PRIORITY,
+        description=f"higher first; above {DEFAULT_PRIORITY} for admins only (403 for a user)",
+    )
     retry_policy: RetryPolicy | None = None
     creation_id: str | None = Field(default=None, min_length=1, max_length=128)
 
     _parse_resources = field_validator("resources")(parse_resources)
+    _parse_environ = field_validator("environ")(parse_environ)
 
     @field_validator("command")
     @classmethod
     def _batch_needs_command(cls, value: str | None, info: ValidationInfo) -> str | None:
         if info.data.get("type") == SessionType.BATCH and not (value and value.strip()):
             raise ValueError("a batch session needs a command")
-        return value
+        return parse_command(value)
 
     def per_kernel_slots(self) -> ResourceSlots:
         """The per-kernel request: the defaults overlaid with what the caller gave."""
