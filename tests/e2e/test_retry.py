@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 
+from sokovan.harness.process import reachable
 from tests.e2e.cluster import Client, Cluster
 
 FAST = {"retry_delay": 0.2, "jitter": "none"}
@@ -68,7 +69,9 @@ async def test_a_session_that_fails_once_then_succeeds(
     cluster: Cluster, admin: Client, tmp_path: Path
 ) -> None:
     succeeded = await metric(cluster, "sokovan_session_retry_succeeded_total")
-    marker = tmp_path / f"ran-{uuid.uuid4().hex}"
+    shared = reachable(tmp_path / "shared")  # kernels run under their own uids: a directory they may write
+    shared.chmod(0o1777)
+    marker = shared / f"ran-{uuid.uuid4().hex}"
     command = f"if [ -e {marker} ]; then echo second; else touch {marker}; exit 1; fi"
     s = await admin.create(
         image="shell",
