@@ -63,7 +63,7 @@ async def test_a_heartbeat_carries_class_health_and_kernel_count(
 async def test_too_little_free_disk_makes_the_agent_unhealthy(
     started: AgentStarter, redis: aioredis.Redis, settings: Settings
 ) -> None:
-    agent = await started(min_free_disk=parse_size("1000t"))
+    agent = await started(min_free_disk=parse_size("500t"))
     events = AgentEvents(redis, settings, agent.agent_id)
     beat = await events.wait_for(lambda e: isinstance(e, AgentHeartbeat))
     assert isinstance(beat, AgentHeartbeat)
@@ -80,7 +80,7 @@ def test_check_health(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "size"), [("64m", 64 * 2**20), ("1000t", 1000 * 2**40), (4096, 4096), ("1.5g", 3 * 2**29)]
+    ("text", "size"), [("64m", 64 * 2**20), ("500t", 500 * 2**40), (4096, 4096), ("1.5g", 3 * 2**29)]
 )
 def test_parse_size(text: str | int, size: int) -> None:
     assert parse_size(text) == size
@@ -91,7 +91,7 @@ async def test_cli_class_and_min_free_disk_reach_the_heartbeat(
 ) -> None:
     agent_id = f"cli-{uuid.uuid4().hex[:8]}"
     args = ["--id", agent_id, "--rpc-port", "0", "--work-dir", str(tmp_path / "work")]
-    args += ["--class", "borrowed", "--min-free-disk", "1000t", "--heartbeat-interval", "0.3"]
+    args += ["--class", "borrowed", "--min-free-disk", "500t", "--heartbeat-interval", "0.3"]
     events = AgentEvents(redis, settings, agent_id)
     async with agent_process(args, service_env, settings):
         beat = await events.wait_for(lambda e: isinstance(e, AgentHeartbeat))

@@ -22,7 +22,8 @@ FLEET_REFRESH = 1.0  # seconds a fleet's shared health summary is reused
 
 
 def parse_size(value: object) -> int:
-    """Bytes from `67108864`, `"64m"`, `"1.5g"`, `"1000t"`; ValueError for anything else."""
+    """Bytes from `67108864`, `"64m"`, `"1.5g"`, `"500t"` (at most 1e15, the bound of every slot
+    amount); ValueError for anything else."""
     try:
         return int(parse_amount("mem", value))
     except SlotError as exc:
