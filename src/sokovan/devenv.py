@@ -1,7 +1,8 @@
 """`sokovan dev`: services, schema, an admin keypair, a manager and two process agents.
 
 Services come from the SOKOVAN_* variables when set, else the standard local ports, else
-throwaway servers started under `.dev/` by scripts/services.py (which also stops them again).
+throwaway servers started under `.dev/` by scripts/services.py; those `sokovan dev` started it also
+stops again, while throwaway servers that were already running (`make services`) are left running.
 The daemons are a sokovan.harness.LocalCluster; what is dev's own is the services, the fixed
 API address and the printing of the URL and token.
 """
@@ -23,6 +24,7 @@ DEV_DIR = PROJECT_ROOT / ".dev"
 ENV_FILE = DEV_DIR / "dev.env"
 AGENTS = ("dev-agent-1", "dev-agent-2")
 SERVICES = PROJECT_ROOT / "scripts" / "services.py"
+THROWAWAY_STATE = DEV_DIR / "services" / "state.json"  # scripts/services.py's record of its servers
 
 
 class DevError(RuntimeError):
@@ -51,6 +53,7 @@ def run_dev() -> None:
     signal.signal(signal.SIGTERM, _interrupt)
 
     env = dict(os.environ)
+    throwaways_before = THROWAWAY_STATE.exists()  # started earlier (make services): not ours to stop
     env.update(ensure_services())
     env.setdefault("SOKOVAN_CLUSTER_SECRET", secrets.token_urlsafe(24))
     env.setdefault("SOKOVAN_API_BIND", "127.0.0.1:8090")
@@ -84,4 +87,5 @@ def run_dev() -> None:
         print("\nstopping…", flush=True)
     finally:
         cluster.stop(timeout=15)
-        subprocess.run([sys.executable, str(SERVICES), "down"], check=False)
+        if not throwaways_before:
+            subprocess.run([sys.executable, str(SERVICES), "down"], check=False)
