@@ -82,7 +82,7 @@ class DestroyKernelsRequest(BaseModel):
 
     kernel_ids: list[str]
     forced: bool = False
-    grace: float | None = Field(default=None, ge=0, le=MAX_GRACE_PERIOD, allow_inf_nan=False)
+    grace: float | None = Field(default=None, ge=0, le=MAX_GRACE_PERIOD, allow_inf_nan=False, strict=True)
 
 
 class ReconcileItem(BaseModel):
