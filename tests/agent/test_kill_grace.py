@@ -49,7 +49,9 @@ async def started(client: AgentRPCClient, addr: str, events: AgentEvents, comman
     running = await events.wait_kernel("kernel.running", kernel.kernel_id)
     assert isinstance(running, KernelRunning) and running.pid
     async with asyncio.timeout(10):
-        while "ready" not in (await client.logs(addr, kernel.kernel_id)).stdout:
+        while True:
+            if "ready" in (await client.logs(addr, kernel.kernel_id)).stdout:
+                break
             await asyncio.sleep(0.05)
     return kernel.kernel_id, running.pid
 
