@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
 from sokovan.agent.hollow import HollowConfig
 from sokovan.agent.hollow_agent import EXIT_KILL, EXIT_TERM, ignores_term, stop_after
+from sokovan.agent.hollow_state import HollowStateFile
 from sokovan.common.events import KernelTerminated
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.settings import Settings
@@ -162,3 +164,38 @@ async def test_without_a_grace_a_stubborn_kernel_gets_the_default(
     await client.destroy_kernels(fleet.rpc_addr, [stubborn.kernel_id, plain.kernel_id], agent_id=AGENT)
     assert (await destroyed(events, plain.kernel_id)).exit_code == EXIT_TERM
     assert (await destroyed(events, stubborn.kernel_id)).exit_code == EXIT_KILL
+
+
+async def test_a_restarted_fleet_keeps_a_kernels_grace(
+    fleet_factory: FleetFactory,
+    redis: aioredis.Redis,
+    settings: Settings,
+    client: AgentRPCClient,
+    tmp_path: Path,
+) -> None:
+    """A fleet stopped (detached) while kernels are within their grace: the next start ends each
+    when its grace ends, or at once when it ended while the fleet was down; never as if undestroyed."""
+    path = tmp_path / "fleet-state.json"
+    first = await fleet_factory(1, state_file=path, ignore_term=True)
+    events = AgentEvents(redis, settings, AGENT)
+    lapsed, later, stubborn = spec("sleep 3600"), spec("sleep 3600"), spec("trap '' TERM; sleep 3600")
+    await client.create_kernels(first.rpc_addr, [lapsed, later, stubborn], agent_id=AGENT)
+    await client.destroy_kernels(first.rpc_addr, [lapsed.kernel_id], agent_id=AGENT, grace=0.2)
+    await client.destroy_kernels(first.rpc_addr, [later.kernel_id], agent_id=AGENT, grace=3600)
+    await first.stop(detach=True)
+    assert not any(e.name == "kernel.terminated" for e in events.seen)
+    kept = {k.kernel_id: k for k in HollowStateFile(path).load()[AGENT]}
+    assert kept[lapsed.kernel_id].stops_at is not None
+    assert kept[lapsed.kernel_id].stop_exit == EXIT_KILL
+    assert kept[stubborn.kernel_id].stops_at is None and kept[stubborn.kernel_id].ignores_term
+    await asyncio.sleep(0.3)  # `lapsed`'s grace ends while no fleet runs
+
+    second = await fleet_factory(1, state_file=path)  # this fleet's kernels trap TERM
+    assert (await destroyed(events, lapsed.kernel_id)).exit_code == EXIT_KILL
+    assert second.agents[AGENT].running_kernels() == sorted([later.kernel_id, stubborn.kernel_id])
+    await client.destroy_kernels(second.rpc_addr, [later.kernel_id], agent_id=AGENT, grace=0)  # kept
+    await client.destroy_kernels(second.rpc_addr, [stubborn.kernel_id], agent_id=AGENT, grace=0.5)
+    assert (await destroyed(events, stubborn.kernel_id)).exit_code == EXIT_KILL  # still ignores TERM
+    assert second.agents[AGENT].running_kernels() == [later.kernel_id]
+    await client.destroy_kernels(second.rpc_addr, [later.kernel_id], agent_id=AGENT, forced=True)
+    assert (await destroyed(events, later.kernel_id)).exit_code == EXIT_KILL

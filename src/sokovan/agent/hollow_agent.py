@@ -116,7 +116,9 @@ class _Kernel:
         "kernel_id",
         "service_addr",
         "session_id",
+        "stop_exit",
         "stop_timer",
+        "stops_at",
         "timer",
     )
 
@@ -129,6 +131,8 @@ class _Kernel:
         self.ignores_term = ignores_term
         self.destroying = False  # sent SIGTERM: within its grace
         self.stop_timer: asyncio.TimerHandle | None = None  # ends it when its grace or reaction ends
+        self.stops_at: float | None = None  # wall clock, for the state file
+        self.stop_exit = EXIT_TERM
 
 
 class HollowAgent:
@@ -203,23 +207,29 @@ class HollowAgent:
                 session_id=k.session_id,
                 ends_at=k.ends_at,
                 serves=k.service_addr is not None,
+                ignores_term=k.ignores_term,
+                stops_at=k.stops_at,
+                stop_exit=k.stop_exit if k.stops_at is not None else None,
             )
             for k in self._live.values()
         ]
 
     def restore(self, records: list[HollowKernelRecord]) -> None:
         """Take over kernels of an earlier run of the fleet: their timers go on with the time left
-        (one that ran out ends at once, exit 0)."""
+        (one that ran out ends at once, exit 0); one within its grace keeps what is left of it."""
         now = time.time()
         for record in records:
             if record.kernel_id in self._live or not valid_kernel_id(record.kernel_id):
                 continue
-            kernel = _Kernel(record.kernel_id, record.session_id)
+            kernel = _Kernel(record.kernel_id, record.session_id, record.ignores_term)
             if record.serves:
                 kernel.service_addr = self._services.add(record.kernel_id, self.agent_id)
             self._live[record.kernel_id] = kernel
             if record.ends_at is not None:
                 self._arm(kernel, record.ends_at, max(record.ends_at - now, 0.0))
+            if record.stops_at is not None:
+                exit_code = EXIT_TERM if record.stop_exit is None else record.stop_exit
+                self._arm_stop(kernel, record.stops_at, max(record.stops_at - now, 0.0), exit_code)
 
     # RPC handlers
 
@@ -349,8 +359,13 @@ class HollowAgent:
         if delay <= 0:
             self._end(kernel, exit_code, "destroyed")
             return
+        self._arm_stop(kernel, time.time() + delay, delay, exit_code)
+        self._changed()
+
+    def _arm_stop(self, kernel: _Kernel, stops_at: float, seconds: float, exit_code: int) -> None:
         kernel.destroying = True
-        kernel.stop_timer = asyncio.get_running_loop().call_later(delay, self._stopped, kernel, exit_code)
+        kernel.stops_at, kernel.stop_exit = stops_at, exit_code
+        kernel.stop_timer = asyncio.get_running_loop().call_later(seconds, self._stopped, kernel, exit_code)
 
     def _end(self, kernel: _Kernel, exit_code: int, reason: EndReason) -> None:
         del self._live[kernel.kernel_id]
