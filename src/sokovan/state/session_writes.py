@@ -196,7 +196,9 @@ async def apply_session_transitions(
     return out
 
 
-async def _kernel_ids(conn: AsyncConnection, session_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[uuid.UUID]]:
+async def _kernel_ids(
+    conn: AsyncConnection, session_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, list[uuid.UUID]]:
     out: dict[uuid.UUID, list[uuid.UUID]] = {}
     if not session_ids:
         return out

@@ -147,7 +147,9 @@ async def _load_nominations(conn: AsyncConnection, snapshots: dict[str, ScalingG
     need there less what its victims still occupy there."""
     rows = (
         await conn.execute(
-            select(Session.id, Session.scaling_group, Session.priority, Session.resources, Session.status_info)
+            select(
+                Session.id, Session.scaling_group, Session.priority, Session.resources, Session.status_info
+            )
             .where(
                 Session.scaling_group.in_(list(snapshots)),
                 Session.status == SessionStatus.PENDING.value,

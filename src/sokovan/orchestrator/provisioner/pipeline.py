@@ -233,10 +233,16 @@ class Provisioner:
         prefer = frozenset(nominated.agents) if nominated is not None else frozenset()
 
         def fits(a: AgentSnapshot) -> bool:
-            return a not in chosen and a.can_take(session.image, session.resources, 1, session.priority, session.id)
+            return a not in chosen and a.can_take(
+                session.image, session.resources, 1, session.priority, session.id
+            )
 
         for _ in kernels:
-            agent = self.selector.pick(session, lambda a: a.id in prefer and fits(a), snapshot) if prefer else None
+            agent = (
+                self.selector.pick(session, lambda a: a.id in prefer and fits(a), snapshot)
+                if prefer
+                else None
+            )
             agent = agent or self.selector.pick(session, fits, snapshot)
             if agent is None:
                 break

@@ -69,7 +69,11 @@ def select_victims(
             on_agent.setdefault(agent_id, []).append(_OnAgent(c, slots, n))
     n_kernels = len(preemptor.kernels) or preemptor.cluster_size
     spread = preemptor.cluster_mode == ClusterMode.MULTI_NODE and n_kernels > 1
-    fit = _Fit(preemptor, preemptor.resources if spread else preemptor.resources.scaled(n_kernels), 1 if spread else n_kernels)
+    fit = _Fit(
+        preemptor,
+        preemptor.resources if spread else preemptor.resources.scaled(n_kernels),
+        1 if spread else n_kernels,
+    )
     options: list[tuple[tuple[int, int, int], AgentSnapshot, list[_OnAgent]]] = []
     for index, agent in enumerate(agents):
         if not fit.target(agent):
@@ -104,9 +108,7 @@ class _Fit:
     kernels: int
 
     def target(self, agent: AgentSnapshot) -> bool:
-        return (
-            agent.status == AgentStatus.READY and agent.schedulable and self.session.image in agent.images
-        )
+        return agent.status == AgentStatus.READY and agent.schedulable and self.session.image in agent.images
 
     def fits(self, agent: AgentSnapshot, released: ResourceSlots, released_kernels: int) -> bool:
         free, count = agent.room_for(self.session.priority, self.session.id)
