@@ -30,7 +30,10 @@ def test_preemption_messages() -> None:
     assert reasons.waiting_for_victims([SID, other], ["a", "a"]) == (
         f"waiting for preempted sessions {SID}, {other} to end on agent a"
     )
-    assert reasons.waiting_for_victims([SID], ["b", "a"]) == f"waiting for preempted sessions {SID} to end on agents a, b"
+    assert (
+        reasons.waiting_for_victims([SID], ["b", "a"])
+        == f"waiting for preempted sessions {SID} to end on agents a, b"
+    )
     assert reasons.preempted_by(SID, 50) == f"preempted by session {SID} (priority 50)"
 
 

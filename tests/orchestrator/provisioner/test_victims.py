@@ -198,7 +198,9 @@ def test_multi_node_uses_free_agents_first_and_counts_a_spanning_victim_once() -
 def test_multi_node_needs_enough_agents_or_none() -> None:
     specs = [("a1", 5, 1, {"a": 4})]
     candidates, _ = cands(specs)
-    got = select_victims(session(cpu=2, size=2, mode="multi-node", priority=50), [full("a", specs)], candidates)
+    got = select_victims(
+        session(cpu=2, size=2, mode="multi-node", priority=50), [full("a", specs)], candidates
+    )
     assert got is None
 
 

@@ -136,7 +136,7 @@ async def lapse(conn: AsyncConnection, sessions: Iterable[uuid.UUID], handler: s
             expected=frozenset({SessionStatus.PENDING}),
             to_status=None,
             handler=handler,
-            result=SchedulingResult.SKIPPED,
+            result=SchedulingResult.EXPIRED,  # the nomination expired; the session stays PENDING
             drop_info=NOMINATION_KEYS,
             message=NOMINATION_LAPSED,
         )
