@@ -160,3 +160,4 @@ class DryRunResponse(BaseModel):
     placeable: bool
     agents: list[str] = Field(description="the agent of each kernel, in cluster order; [] if not placeable")
     pending_reason: str | None = Field(description="why it would wait in PENDING; null if placeable")
+    preempts: list[str] = Field(default_factory=list, description="the sessions it would preempt to fit")
