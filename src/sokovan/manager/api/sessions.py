@@ -69,8 +69,14 @@ async def create_session(request: web.Request) -> web.Response:
     if dry_run:
         result = await request.app[CONTROLLER_KEY].dry_run(principal, spec)
         return json_response(
-            DryRunResponse(
-                placeable=result.placeable, agents=list(result.agents), pending_reason=result.pending_reason
+            DryRunResponse.model_validate(
+                {
+                    "placeable": result.placeable,
+                    "agents": list(result.agents),
+                    "pending_reason": result.pending_reason,
+                    # the sessions it would evict (CONTRACT §9); the orchestrator's dry run says
+                    "preempts": [str(v) for v in getattr(result, "preempts", ())],
+                }
             )
         )
     outcome = await request.app[CONTROLLER_KEY].create_session(principal, spec)
