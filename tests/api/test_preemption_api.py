@@ -16,6 +16,7 @@ from sokovan.db.models import AuditLog, Keypair, ScalingGroup, Session, User
 from sokovan.manager.context import ManagerContext
 from sokovan.manager.controller.replica_sessions import ControllerReplicas
 from sokovan.manager.controller.scheduling_controller import SchedulingController
+from sokovan.manager.repositories.admin import merged_preemption
 from sokovan.orchestrator.deployment.replicas import ReplicaSpec
 from tests.api.conftest import Api
 from tests.api.deployment_helpers import add_model_agent, created
@@ -330,3 +331,20 @@ async def test_a_stored_value_the_settings_refuse_reads_as_off(api: Api) -> None
     )
     assert (await resp.json())["preemption"] == {"mode": "off", "grace_period": 5}
     assert await _stored_group(api, "default") == {"mode": "off", "grace_period": 5}
+
+
+# (stored, PATCH keys, result): the merge rule alone
+MERGES: list[tuple[object, dict[str, Any], dict[str, Any]]] = [
+    (OFF, {}, OFF),
+    (OFF, {"mode": "requeue"}, {"mode": "requeue", "grace_period": 30}),
+    ({"mode": "terminate", "grace_period": 5}, {"grace_period": 0}, {"mode": "terminate", "grace_period": 0}),
+    ({"mode": "terminate", "grace_period": 5}, {"mode": "off"}, {"mode": "off", "grace_period": 5}),
+    ({"mode": "bogus"}, {"grace_period": 7}, {"mode": "off", "grace_period": 7}),  # broken: from the default
+    (None, {"mode": "terminate"}, {"mode": "terminate", "grace_period": 30}),
+    ({}, {}, OFF),
+]
+
+
+@pytest.mark.parametrize(("stored", "given", "expected"), MERGES)
+def test_merged_preemption(stored: object, given: dict[str, Any], expected: dict[str, Any]) -> None:
+    assert merged_preemption(stored, given) == expected
