@@ -316,19 +316,24 @@ async def test_never_when_the_group_mode_is_off(group: Group) -> None:
 
 
 async def test_never_for_a_preemptor_over_its_own_quota(group: Group) -> None:
+    """The preemptor's keypair may hold cpu=2 and already holds cpu=1: it waits for its quota."""
     await group.start_agent()
     await _with_preemption(group, "terminate", 1)
     policy = f"tiny-{group.name}"
-    await group.ok("PUT", f"/v2/resource-policies/{policy}", {"total_resource_slots": {"cpu": "1"}})
+    await group.ok(
+        "PUT", f"/v2/resource-policies/{policy}", {"total_resource_slots": {"cpu": "2", "mem": "1g"}}
+    )
     keys = await group.ok(
         "POST",
         "/v2/keypairs",
         {"user": f"ops-{group.name}", "project": "default", "role": "admin", "resource_policy": policy},
         status=201,
     )
-    victims = await _fill(group, 2, cpu=2)
+    own = await group.create(1, 50, token=keys["token"])
+    await group.running(own)
+    victims = await _fill(group, 3, cpu=1)
     before = await group.preemptions()
-    await _never(group, await group.create(2, 50, token=keys["token"]), victims, before)
+    await _never(group, await group.create(2, 50, token=keys["token"]), [own, *victims], before)
 
 
 async def test_never_to_no_avail(group: Group) -> None:
