@@ -42,6 +42,7 @@ def test_every_class_the_architecture_names_exists() -> None:
         "FAILURE",
         "CANCELLED",
         "USER_CANCELLED",
+        "PREEMPTED",
         "SCHEDULER_TIMEOUT",
         "RUNNING",
         "PREPARED",

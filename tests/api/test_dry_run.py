@@ -49,6 +49,30 @@ async def test_not_placeable_now_gives_the_pending_reason(api: Api) -> None:
     assert await _snapshot(api) == before
 
 
+async def test_a_session_that_fits_only_by_preempting_names_its_victims(api: Api) -> None:
+    from sqlalchemy import update
+
+    from sokovan.db.models import ScalingGroup, Session
+
+    victims = []
+    for agent in ("agent-1", "agent-2"):
+        created = await (await api.create(api.bob, resources={"cpu": 4}, priority=5)).json()
+        await place_kernels(api.engine, created["id"], agent)
+        victims.append(created["id"])
+    async with api.engine.begin() as conn:
+        await conn.execute(update(Session).values(status="RUNNING", preemptible=True))
+    body = await (await dry_run(api, api.alice, resources={"cpu": 2})).json()
+    assert (body["placeable"], body["preempts"]) == (False, [])  # the group's mode is off
+    async with api.engine.begin() as conn:
+        await conn.execute(update(ScalingGroup).values(preemption={"mode": "terminate", "grace_period": 5}))
+    before = await _snapshot(api)
+    body = await (await dry_run(api, api.alice, resources={"cpu": 2})).json()
+    assert body["placeable"] is True and body["pending_reason"] is None
+    assert len(body["preempts"]) == 1 and body["preempts"][0] in victims
+    assert body["agents"] == [("agent-1", "agent-2")[victims.index(body["preempts"][0])]]
+    assert await _snapshot(api) == before  # nothing written, nobody preempted
+
+
 REFUSED: list[tuple[str, dict[str, Any], int]] = [
     ("unknown-image", {"image": "nope:1"}, 422),
     ("too-big-for-any-agent", {"resources": {"cpu": 64}}, 422),
@@ -90,6 +114,7 @@ async def test_dry_run_is_documented(api: Api) -> None:
         "placeable",
         "agents",
         "pending_reason",
+        "preempts",
     }
     assert "429" in create["responses"]
 

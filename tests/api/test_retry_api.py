@@ -99,7 +99,7 @@ async def test_round_trip_through_etcd_replaces_whole(
     assert (body["max_retries"], body["retry_delay"], body["backoff"]) == (3, 5.0, "exponential")
     stored = json.loads((await etcd.get(key(settings))).value)
     assert stored == body  # the bare RetryPolicy object, every field
-    assert stored["jitter_ratio"] == 0.25 and len(stored["eligible_causes"]) == 7
+    assert stored["jitter_ratio"] == 0.25 and len(stored["eligible_causes"]) == 8
     assert await get_default(api, api.alice) == body
 
     # PUT replaces it whole: what is left out goes back to the built-in defaults.

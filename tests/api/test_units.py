@@ -66,7 +66,7 @@ def test_retry_policy_defaults() -> None:
         0.25,
         True,
     )
-    assert len(p.eligible_causes) == 7  # seed 004's six, and NODE_DRAINED
+    assert len(p.eligible_causes) == 8  # seed 004's six, NODE_DRAINED and PREEMPTED
     dumped = p.model_dump(mode="json")
     assert dumped["eligible_causes"] == sorted(dumped["eligible_causes"])
     assert RetryPolicy.model_validate(dumped) == p

@@ -27,6 +27,7 @@ from sokovan.orchestrator.schedule.handlers.lifecycle.call_agents import (
     CallAgents,
 )
 from sokovan.orchestrator.schedule.handlers.lifecycle.enforce_lifetime import EnforceLifetime
+from sokovan.orchestrator.schedule.handlers.lifecycle.requeue_preempted import RequeuePreempted
 from sokovan.orchestrator.schedule.handlers.lifecycle.schedule_new_sessions import ScheduleNewSessions
 from sokovan.orchestrator.schedule.handlers.lifecycle.terminate_sessions import TerminateSessions
 from sokovan.state.session_reads import SessionWithKernels
@@ -84,6 +85,12 @@ TABLE: list[
         EnforceLifetime(None),  # type: ignore[arg-type]
         (S.RUNNING, K.RUNNING),
         {"SUCCESS": (S.TERMINATING, K.RUNNING), "NEED_RETRY": (S.RUNNING, K.RUNNING)},
+    ),
+    (
+        # No phase either; success is the one way back from TERMINATING: new PENDING kernels.
+        RequeuePreempted(),
+        (S.TERMINATING, K.TERMINATED),
+        {"SUCCESS": (S.PENDING, K.PENDING), "NEED_RETRY": (S.TERMINATING, K.TERMINATED)},
     ),
 ]
 CASES = [(h, start, outcome, want) for h, start, table in TABLE for outcome, want in table.items()]
@@ -158,7 +165,11 @@ async def test_each_outcome_lands_where_the_table_says(
     assert (session.status, kernel.status) == (want[0].value, want[1].value)
     if outcome != "SUCCESS" or want[0] != start[0]:
         assert results == [outcome], results  # the judgement is in the history
-    if want[0] == S.PENDING and start[0] != S.PENDING:
+    if want[0] == S.PENDING and handler.name == "RequeuePreempted":
+        # A requeued victim: new unplaced kernels, no cause, nothing to avoid (it did not fail).
+        assert kernel.agent_id is None
+        assert "cause" not in session.status_info
+    elif want[0] == S.PENDING and start[0] != S.PENDING:
         # Back in the queue: kernels hold nothing, and the agent it failed on is avoided next time.
         assert kernel.agent_id is None
         assert session.status_info["avoid_agents"] == ["a1"]

@@ -254,7 +254,7 @@ class AgentDaemon(Service):
 
     async def destroy_kernels(self, request: DestroyKernelsRequest) -> AcceptedResponse:
         for kernel_id in request.kernel_ids:
-            await self.backend.destroy(kernel_id, forced=request.forced)
+            await self.backend.destroy(kernel_id, forced=request.forced, grace=request.grace)
         return AcceptedResponse(accepted=list(request.kernel_ids))
 
     async def reconcile(self, request: ReconcileRequest) -> AcceptedResponse:

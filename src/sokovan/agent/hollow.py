@@ -79,6 +79,10 @@ class HollowConfig:
     agent_class: AgentClass = AgentClass.STANDARD
     pause_file: Path | None = None
     state_file: Path | None = None  # None: the kernels do not outlive the fleet
+    # A destroyed kernel's simulated reaction to SIGTERM: it ends `stop_delay` seconds later, or
+    # (`ignore_term`) only when its grace ends; never later than the grace (see hollow_agent).
+    stop_delay: float = 0.0
+    ignore_term: bool = False
     # Fault injection for tests: the first event of each of these kinds, across the whole fleet,
     # is dropped (see outbox.EventDropper).
     drop_events: frozenset[str] = frozenset()
@@ -90,6 +94,8 @@ class HollowConfig:
             raise ValueError("the pull failure rate must be between 0 and 1")
         if self.pull_delay < 0:
             raise ValueError("the pull delay must not be negative")
+        if not 0 <= self.stop_delay < math.inf:
+            raise ValueError("the stop delay must be a finite number of seconds, not negative")
         if self.heartbeat_interval is not None and self.heartbeat_interval <= 0:
             raise ValueError("the heartbeat interval must be positive")
 
@@ -111,6 +117,8 @@ class HollowFleet(Service):
             rng=random.Random(config.seed),
             max_kernels=config.max_kernels,
             agent_class=config.agent_class.value,
+            stop_delay=config.stop_delay,
+            ignore_term=config.ignore_term,
         )
         self.interval = HeartbeatInterval(settings, config.heartbeat_interval)
         self.health = FleetHealth()

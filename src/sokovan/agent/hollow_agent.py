@@ -6,6 +6,14 @@ a dict and, for a sleep, one `loop.call_later` timer. Every event is the one a r
 publish for the same call, emitted into the fleet's shared outbox. An inference kernel is served
 by the fleet (`hollow_services`) while it lives, and reports that endpoint as its service address.
 Its kernels can be exported and restored (`hollow_state`), so that a restarted fleet takes them over.
+
+A destroy is a simulated SIGTERM: a hollow kernel "traps TERM" and ends (exit 143) after its
+reaction time, the fleet's `stop_delay` (0: at once); one that ignores TERM (the fleet's
+`ignore_term`, or a command with `trap '' TERM` in it, as a real kernel would) is "killed" (exit
+137) when the grace ends. So a kernel ends after min(grace, reaction time), never later than its
+grace (the request's, else `DEFAULT_KILL_GRACE`, the process agent's default). A kernel within its
+grace keeps it: a repeated destroy neither restarts nor shortens it, unless `forced`, which ends
+it at once (exit 137). A `sleep S` kernel whose timer runs out within its grace exits 0 then.
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ EndReason = Literal["exited", "destroyed"]
 MAX_ENDED = 256  # ended kernels per agent whose exit code and reason are kept (destroy, logs, reconcile)
 EXIT_TERM = 128 + 15
 EXIT_KILL = 128 + 9
+DEFAULT_KILL_GRACE = 5.0  # a destroy without a grace: the process agent's default `--kill-grace`
 _SLEEP_RE = re.compile(r"^\s*(?:exec\s+)?sleep\s+(\d+(?:\.\d*)?|\.\d+)\s*$")
 
 
@@ -65,6 +74,22 @@ def sleep_seconds(command: str | None) -> float | None:
         return None
     match = _SLEEP_RE.match(command)
     return float(match.group(1)) if match else None
+
+
+_IGNORE_TERM_RE = re.compile(r"""\btrap\s+(?:''|"")\s+(?:[A-Za-z0-9]+\s+)*(?:SIG)?(?:TERM|15)\b""")
+
+
+def ignores_term(command: str | None) -> bool:
+    """Whether a command sets SIGTERM to be ignored (`trap '' TERM`, `trap "" INT TERM`, ...)."""
+    return command is not None and _IGNORE_TERM_RE.search(command) is not None
+
+
+def stop_after(grace: float, reaction: float | None) -> tuple[float, int]:
+    """When a hollow kernel sent SIGTERM ends and with which code: after its `reaction` time
+    (None: it ignores TERM) with 143, or when the `grace` ends with 137, whichever comes first."""
+    if reaction is not None and reaction <= grace:
+        return max(reaction, 0.0), EXIT_TERM
+    return grace, EXIT_KILL
 
 
 @dataclass(frozen=True)
@@ -79,17 +104,35 @@ class HollowBehaviour:
     rng: random.Random
     max_kernels: int | None = None
     agent_class: str = "standard"
+    stop_delay: float = 0.0  # seconds a kernel takes to end after SIGTERM (its simulated reaction)
+    ignore_term: bool = False  # every kernel ignores SIGTERM: it ends only when its grace ends
 
 
 class _Kernel:
-    __slots__ = ("ends_at", "kernel_id", "service_addr", "session_id", "timer")
+    __slots__ = (
+        "destroying",
+        "ends_at",
+        "ignores_term",
+        "kernel_id",
+        "service_addr",
+        "session_id",
+        "stop_exit",
+        "stop_timer",
+        "stops_at",
+        "timer",
+    )
 
-    def __init__(self, kernel_id: str, session_id: str) -> None:
+    def __init__(self, kernel_id: str, session_id: str, ignores_term: bool = False) -> None:
         self.kernel_id = kernel_id
         self.session_id = session_id
         self.timer: asyncio.TimerHandle | None = None
         self.ends_at: float | None = None  # wall clock, for the state file
         self.service_addr: str | None = None
+        self.ignores_term = ignores_term
+        self.destroying = False  # sent SIGTERM: within its grace
+        self.stop_timer: asyncio.TimerHandle | None = None  # ends it when its grace or reaction ends
+        self.stops_at: float | None = None  # wall clock, for the state file
+        self.stop_exit = EXIT_TERM
 
 
 class HollowAgent:
@@ -155,9 +198,7 @@ class HollowAgent:
             handle.cancel()
         self._pulls.clear()
         for kernel in self._live.values():
-            if kernel.timer is not None:
-                kernel.timer.cancel()
-                kernel.timer = None
+            _cancel_timers(kernel)
 
     def export(self) -> list[HollowKernelRecord]:
         return [
@@ -166,23 +207,29 @@ class HollowAgent:
                 session_id=k.session_id,
                 ends_at=k.ends_at,
                 serves=k.service_addr is not None,
+                ignores_term=k.ignores_term,
+                stops_at=k.stops_at,
+                stop_exit=k.stop_exit if k.stops_at is not None else None,
             )
             for k in self._live.values()
         ]
 
     def restore(self, records: list[HollowKernelRecord]) -> None:
         """Take over kernels of an earlier run of the fleet: their timers go on with the time left
-        (one that ran out ends at once, exit 0)."""
+        (one that ran out ends at once, exit 0); one within its grace keeps what is left of it."""
         now = time.time()
         for record in records:
             if record.kernel_id in self._live or not valid_kernel_id(record.kernel_id):
                 continue
-            kernel = _Kernel(record.kernel_id, record.session_id)
+            kernel = _Kernel(record.kernel_id, record.session_id, record.ignores_term)
             if record.serves:
                 kernel.service_addr = self._services.add(record.kernel_id, self.agent_id)
             self._live[record.kernel_id] = kernel
             if record.ends_at is not None:
                 self._arm(kernel, record.ends_at, max(record.ends_at - now, 0.0))
+            if record.stops_at is not None:
+                exit_code = EXIT_TERM if record.stop_exit is None else record.stop_exit
+                self._arm_stop(kernel, record.stops_at, max(record.stops_at - now, 0.0), exit_code)
 
     # RPC handlers
 
@@ -221,7 +268,7 @@ class HollowAgent:
 
     async def destroy_kernels(self, request: DestroyKernelsRequest) -> AcceptedResponse:
         for kernel_id in request.kernel_ids:
-            self._destroy(kernel_id, request.forced)
+            self._destroy(kernel_id, request.forced, request.grace)
         return AcceptedResponse(accepted=list(request.kernel_ids))
 
     async def reconcile(self, request: ReconcileRequest) -> AcceptedResponse:
@@ -254,7 +301,7 @@ class HollowAgent:
         if problem is not None:
             self._emit(KernelCreationFailed(**kernel_ids(self.agent_id, spec), message=problem))
             return
-        kernel = _Kernel(spec.kernel_id, spec.session_id)
+        kernel = _Kernel(spec.kernel_id, spec.session_id, ignores_term(spec.command))
         if spec.session_type == INFERENCE:
             kernel.service_addr = self._services.add(spec.kernel_id, self.agent_id)
         self._live[spec.kernel_id] = kernel
@@ -290,24 +337,50 @@ class HollowAgent:
 
     def _exited(self, kernel: _Kernel) -> None:
         if self._live.get(kernel.kernel_id) is kernel:
-            self._end(kernel, 0, "exited")
+            self._end(kernel, 0, "destroyed" if kernel.destroying else "exited")
 
-    def _destroy(self, kernel_id: str, forced: bool) -> None:
+    def _stopped(self, kernel: _Kernel, exit_code: int) -> None:
+        if self._live.get(kernel.kernel_id) is kernel:
+            self._end(kernel, exit_code, "destroyed")
+
+    def _destroy(self, kernel_id: str, forced: bool, grace: float | None = None) -> None:
         kernel = self._live.get(kernel_id)
-        if kernel is not None:
-            self._end(kernel, EXIT_KILL if forced else EXIT_TERM, "destroyed")
+        if kernel is None:
+            self._emit(destroyed_again(self.agent_id, kernel_id, self._ended.get(kernel_id)))
             return
-        self._emit(destroyed_again(self.agent_id, kernel_id, self._ended.get(kernel_id)))
+        if forced:
+            self._end(kernel, EXIT_KILL, "destroyed")
+            return
+        if kernel.destroying:  # within its grace already: it keeps it
+            return
+        behaviour = self._behaviour
+        reaction = None if behaviour.ignore_term or kernel.ignores_term else behaviour.stop_delay
+        delay, exit_code = stop_after(DEFAULT_KILL_GRACE if grace is None else grace, reaction)
+        if delay <= 0:
+            self._end(kernel, exit_code, "destroyed")
+            return
+        self._arm_stop(kernel, time.time() + delay, delay, exit_code)
+        self._changed()
+
+    def _arm_stop(self, kernel: _Kernel, stops_at: float, seconds: float, exit_code: int) -> None:
+        kernel.destroying = True
+        kernel.stops_at, kernel.stop_exit = stops_at, exit_code
+        kernel.stop_timer = asyncio.get_running_loop().call_later(seconds, self._stopped, kernel, exit_code)
 
     def _end(self, kernel: _Kernel, exit_code: int, reason: EndReason) -> None:
         del self._live[kernel.kernel_id]
         if kernel.service_addr is not None:
             self._services.discard(kernel.kernel_id, self.agent_id)
-        if kernel.timer is not None:
-            kernel.timer.cancel()
-            kernel.timer = None
+        _cancel_timers(kernel)
         self._ended[kernel.kernel_id] = Ended(kernel.session_id, exit_code, reason)
         while len(self._ended) > MAX_ENDED:
             self._ended.popitem(last=False)
         self._changed()
         self._emit(KernelTerminated(**kernel_ids(self.agent_id, kernel), exit_code=exit_code, reason=reason))
+
+
+def _cancel_timers(kernel: _Kernel) -> None:
+    for handle in (kernel.timer, kernel.stop_timer):
+        if handle is not None:
+            handle.cancel()
+    kernel.timer = kernel.stop_timer = None

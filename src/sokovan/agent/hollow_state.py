@@ -7,8 +7,10 @@ atomically within a moment of any change (at most every `SAVE_EVERY` seconds, no
 may start thousands of kernels a second) and at its stop; so after a SIGKILL the file is at most
 that much behind. At the next start every agent of the same id gets its kernels back: a timer that
 has not run out goes on with the time left, one that ran out while the fleet was down ends at once
-(exit 0, as it would have). An inference kernel's service address names the fleet's port: give a
-fleet that is to be restarted a fixed `--rpc-port`, or its served kernels move.
+(exit 0, as it would have). A kernel destroyed within its grace keeps it: it ends when its grace
+(or reaction time) ends, at once if that passed while the fleet was down. An inference kernel's
+service address names the fleet's port: give a fleet that is to be restarted a fixed
+`--rpc-port`, or its served kernels move.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ class HollowKernelRecord(BaseModel):
     session_id: str
     ends_at: float | None = None  # time.time() when its timer ends; None: until destroyed
     serves: bool = False  # an inference kernel: served by the fleet while it lives
+    ignores_term: bool = False  # its command ignores SIGTERM (see hollow_agent)
+    stops_at: float | None = None  # destroyed: time.time() when its grace (or reaction) ends
+    stop_exit: int | None = None  # ... and the code it ends with then
 
 
 class HollowState(BaseModel):

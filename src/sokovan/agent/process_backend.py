@@ -7,6 +7,9 @@ that `logs` works after the end, for `keep_ended_kernels` seconds (`sweep`). Its
 `kernel_env`'s, never the agent's; its user, directory rights and limits are `isolation`'s. A
 kernel whose directory grows past the work-dir cap is ended (`police`) like one that wrote a file
 past RLIMIT_FSIZE: with SIGXFSZ, so exit code 153, and a line in its stderr.log saying why.
+A destroy sends the kernel's process group SIGTERM and SIGKILL after the grace (the request's,
+else `kill_grace`), at once when forced; what the kernel writes and the code it exits with within
+its grace are kept, and a repeated destroy within the grace neither restarts nor shortens it.
 One task per kernel awaits its exit and reports it. A kernel of an `inference` session also gets a
 TCP port of its own in `PORT`, reserved until it ends, and reports `http://<host>:<port>` as its
 service address (see `service_ports`).
@@ -230,8 +233,12 @@ class ProcessBackend:
         log.info("kernel.terminated", kernel_id=record.kernel_id, exit_code=exit_code, reason=reason)
         return KernelTerminated(**kernel_ids(self.agent_id, record), exit_code=exit_code, reason=reason)
 
-    async def destroy(self, kernel_id: str, forced: bool = False) -> None:
-        """Stop a kernel; its KernelTerminated follows when the process is gone."""
+    async def destroy(self, kernel_id: str, forced: bool = False, grace: float | None = None) -> None:
+        """Stop a kernel: SIGTERM, SIGKILL after `grace` seconds (None: the agent's `kill_grace`),
+        or SIGKILL at once when `forced`; its KernelTerminated follows when the process is gone.
+
+        A kernel within its grace keeps it: a second destroy neither restarts nor shortens it
+        (what it wrote and the code it exits with meanwhile are kept), unless it is `forced`."""
         async with self._lock:
             kernel = self._live.get(kernel_id)
         if kernel is None:
@@ -241,27 +248,28 @@ class ProcessBackend:
         if forced:
             self._sigkill(kernel)
         if kernel.killer is None:
-            kernel.killer = asyncio.create_task(self._kill(kernel, forced), name=f"kill-{kernel_id}")
+            wait = self.kill_grace if grace is None else grace
+            kernel.killer = asyncio.create_task(self._kill(kernel, forced, wait), name=f"kill-{kernel_id}")
 
     def _sigkill(self, kernel: _Kernel) -> None:
         kernel.killed = True
         kernel_proc.killpg(kernel.pid, signal.SIGKILL)
 
-    async def _kill(self, kernel: _Kernel, forced: bool, grace_first: bool = False) -> None:
-        """SIGTERM (unless `forced`), SIGKILL after the grace; `grace_first`: a signal was sent
-        already, SIGKILL only after the grace."""
+    async def _kill(self, kernel: _Kernel, forced: bool, grace: float, grace_first: bool = False) -> None:
+        """SIGTERM (unless `forced`), SIGKILL after `grace` seconds; `grace_first`: a signal was
+        sent already, SIGKILL only after the grace."""
         if grace_first:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(kernel.done.wait(), self.kill_grace)
+                await asyncio.wait_for(kernel.done.wait(), grace)
             if kernel.done.is_set():
                 return
         if not forced:
             kernel_proc.killpg(kernel.pid, signal.SIGTERM)
             try:
-                await asyncio.wait_for(kernel.done.wait(), self.kill_grace)
+                await asyncio.wait_for(kernel.done.wait(), grace)
                 return
             except TimeoutError:
-                log.info("kernel.kill_after_grace", kernel_id=kernel.kernel_id, grace=self.kill_grace)
+                log.info("kernel.kill_after_grace", kernel_id=kernel.kernel_id, grace=grace)
         self._sigkill(kernel)
         await kernel.done.wait()
 
@@ -355,7 +363,9 @@ class ProcessBackend:
             log.warning("kernel.work_dir_over_cap", kernel_id=kernel.kernel_id, cap=cap)
             _note_in_log(Path(kernel.record.directory), f"work directory grew past {cap} bytes")
             kernel_proc.killpg(kernel.pid, signal.SIGXFSZ)
-            kernel.killer = asyncio.create_task(self._kill(kernel, forced=True, grace_first=True))
+            kernel.killer = asyncio.create_task(
+                self._kill(kernel, forced=True, grace=self.kill_grace, grace_first=True)
+            )
         return [k.kernel_id for k in over]
 
     async def sweep(self, now: float) -> list[str]:

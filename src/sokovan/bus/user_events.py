@@ -37,6 +37,7 @@ class UserEvent(BaseModel):
     route_id: str | None = None
     from_status: str | None = Field(default=None, alias="from")
     to_status: str | None = Field(default=None, alias="to")
+    preempted_by: str | None = None  # session.preempted: the preemptor's id
     # Who may see it: the session's owner (user id); None for cluster events (admins only).
     owner: str | None = None
     detail: dict[str, object] = Field(default_factory=dict)

@@ -15,6 +15,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("sokovan.cli.session_cmd", "session"),
     ("sokovan.cli.deployment_cmd", "deployment"),
     ("sokovan.cli.node_cmd", "node"),
+    ("sokovan.cli.scaling_group_cmd", "scaling_group"),
     ("sokovan.cli.admin_cmd", "admin"),
     ("sokovan.cli.config_cmd", "config"),
     ("sokovan.cli.proxy_cmd", "proxy"),

@@ -16,6 +16,7 @@ from sokovan.cli.client import (
     ApiUnreachable,
 )
 from sokovan.cli.common import load_or_exit
+from sokovan.cli.preemption_view import dry_run_victims, preemption_rows
 from sokovan.cli.session_follow import exit_code, follow, session_path
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -82,7 +83,12 @@ def session() -> None:
 @click.option("--scaling-group", default=None)
 @click.option("--env", "env", multiple=True, help="KEY=VALUE, repeatable.")
 @click.option("--name", default=None)
-@click.option("--priority", type=int, default=None)
+@click.option("--priority", type=int, default=None, help="0-100, higher first (above 10: admins only).")
+@click.option(
+    "--preemptible/--not-preemptible",
+    default=None,
+    help="May higher-priority work evict it (default: yes for batch, no otherwise).",
+)
 @click.option("--depends-on", "depends_on", multiple=True, help="Session id, repeatable.")
 @click.option("--creation-id", default=None, help="Idempotency key: a repeat returns the same session.")
 @click.option("--max-retries", type=int, default=None, help="Shorthand for retry_policy.max_retries.")
@@ -106,6 +112,7 @@ def create(
     env: tuple[str, ...],
     name: str | None,
     priority: int | None,
+    preemptible: bool | None,
     depends_on: tuple[str, ...],
     creation_id: str | None,
     max_retries: int | None,
@@ -130,6 +137,7 @@ def create(
         "environ": _pairs(env, "--env") or None,
         "name": name,
         "priority": priority,
+        "preemptible": preemptible,
         "depends_on": list(depends_on) or None,
         "creation_id": creation_id,
         "retry_policy": {"max_retries": max_retries} if max_retries is not None else None,
@@ -182,7 +190,9 @@ def _print_dry_run(answer: dict[str, Any], as_json: bool) -> None:
     if as_json:
         _dump(answer)
     elif answer["placeable"]:
-        click.echo(f"placeable now: {', '.join(answer['agents'])} (dry run: nothing was created)")
+        victims = dry_run_victims(answer)
+        where = ", ".join(answer["agents"]) + (f" {victims}" if victims else "")
+        click.echo(f"placeable now: {where} (dry run: nothing was created)")
     else:
         click.echo(f"not placeable now: {answer['pending_reason']} (dry run: nothing was created)")
 
@@ -214,6 +224,7 @@ def info(session_id: str, as_json: bool, api_url: str | None, token: str | None,
         ("cluster", f"{s['cluster_size']} kernel(s), {s['cluster_mode']}"),
         ("scaling group", s["scaling_group"]),
         ("priority", s["priority"]),
+        *preemption_rows(s),
         ("depends on", ", ".join(s.get("depends_on") or []) or None),
         ("created", s["created_at"]),
         ("status changed", s["status_changed_at"]),

@@ -19,6 +19,7 @@ from sokovan.cli.client import (
     StreamEnded,
     StreamUnavailable,
 )
+from sokovan.cli.preemption_view import preempted_event
 
 
 def session_path(session_id: str) -> str:
@@ -165,14 +166,20 @@ class _Follower(StreamFollower):
         return current
 
     def _on_event(self, message: SseMessage) -> str | None:
-        """Print a session.status event; the status it reached (None for other events)."""
-        if message.event != "session.status":
+        """Print a session.status or session.preempted event; the status it reached (None for
+        other events)."""
+        if message.event not in ("session.status", "session.preempted"):
             return None
         try:
             data = message.json()
         except ValueError:
             return None
         if not isinstance(data, dict):
+            return None
+        if message.event == "session.preempted":
+            line = preempted_event(data)
+            if line is not None:
+                self._echo(f"{_clock(data.get('at'))}  {line}")
             return None
         src, dst = data.get("from"), data.get("to")
         detail: dict[str, Any] = data["detail"] if isinstance(data.get("detail"), dict) else {}

@@ -94,3 +94,4 @@ RPC_REPLAYS_REFUSED = Counter(
 )
 BUS_REFUSED = Counter("sokovan_bus_messages_refused_total", "Bus messages refused, by reason", ["reason"])
 RETENTION_REMOVED = Counter("sokovan_retention_removed_total", "Rows removed by retention, by kind", ["kind"])
+PREEMPTIONS = Counter("sokovan_preemptions_total", "Sessions chosen as victims of preemption")

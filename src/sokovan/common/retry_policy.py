@@ -45,6 +45,7 @@ class RetryEligibleCause(enum.StrEnum):
     OOM_KILLED = "oom_killed"
     UNKNOWN = "unknown"
     NODE_DRAINED = "node_drained"
+    PREEMPTED = "preempted"
 
     @classmethod
     def defaults(cls) -> frozenset[RetryEligibleCause]:

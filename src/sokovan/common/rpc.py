@@ -12,6 +12,10 @@ its time, and within that window the agent refuses its nonce a second time (a re
 
 Batches of kernels go to one agent in calls whose body stays under `BATCH_BODY_LIMIT`, half of
 the agent's `MAX_BODY`.
+
+A destroy may carry a `grace` (seconds between SIGTERM and SIGKILL, 0 to 3600, as a preemption
+victim's `kill_grace`); without one the agent uses its own `--kill-grace`. `forced` still means
+SIGKILL at once, whatever the grace.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any, Literal
 import aiohttp
 from pydantic import BaseModel, Field
 
+from sokovan.common.preemption import MAX_GRACE_PERIOD
 from sokovan.common.signing import (
     SKEW,
     canonical,
@@ -71,8 +76,13 @@ class CreateKernelsRequest(BaseModel):
 
 
 class DestroyKernelsRequest(BaseModel):
+    """Stop these kernels: SIGTERM, then SIGKILL after `grace` seconds (None: the agent's own
+    `--kill-grace`); `forced`: SIGKILL at once. A kernel already within its grace keeps it: a
+    repeated destroy neither restarts nor shortens it, unless `forced`."""
+
     kernel_ids: list[str]
     forced: bool = False
+    grace: float | None = Field(default=None, ge=0, le=MAX_GRACE_PERIOD, allow_inf_nan=False, strict=True)
 
 
 class ReconcileItem(BaseModel):
@@ -217,9 +227,16 @@ class AgentRPCClient:
         return await self._accepted(rpc_addr, "create_kernels", request, agent_id)
 
     async def destroy_kernels(
-        self, rpc_addr: str, kernel_ids: list[str], forced: bool = False, agent_id: str = ""
+        self,
+        rpc_addr: str,
+        kernel_ids: list[str],
+        forced: bool = False,
+        agent_id: str = "",
+        grace: float | None = None,
     ) -> AcceptedResponse:
-        request = DestroyKernelsRequest(kernel_ids=kernel_ids, forced=forced)
+        """SIGTERM, SIGKILL after `grace` seconds (None: the agent's own kill grace); `forced`:
+        SIGKILL at once."""
+        request = DestroyKernelsRequest(kernel_ids=kernel_ids, forced=forced, grace=grace)
         return await self._accepted(rpc_addr, "destroy_kernels", request, agent_id)
 
     async def reconcile(

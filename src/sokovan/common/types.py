@@ -166,6 +166,7 @@ class FailureCause(enum.StrEnum):
     DEPENDENCY_FAILED = "DEPENDENCY_FAILED"
     NODE_DRAINED = "NODE_DRAINED"
     LIFETIME_EXCEEDED = "LIFETIME_EXCEEDED"
+    PREEMPTED = "PREEMPTED"
 
 
 class SessionType(enum.StrEnum):

@@ -112,6 +112,10 @@ class ScalingGroup(Base):
     )
     # The agent the round-robin selector picked last; the next pick starts after it.
     roundrobin_cursor: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    # {"mode": "off" | "terminate" | "requeue", "grace_period": seconds}: sokovan.common.preemption
+    preemption: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("""'{"mode": "off", "grace_period": 30}'::jsonb""")
+    )
     created_at: Mapped[dt.datetime] = created_at_column()
 
 
@@ -175,6 +179,7 @@ class Session(Base):
     cluster_size: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
     cluster_mode: Mapped[str] = mapped_column(String(16), nullable=False, server_default="single-node")
     priority: Mapped[int] = mapped_column(Integer, nullable=False, server_default="10")
+    preemptible: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
     status: Mapped[str] = mapped_column(String(16), nullable=False)
     result: Mapped[str | None] = mapped_column(String(16), nullable=True)
     status_info: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default=EMPTY_JSON)

@@ -59,6 +59,7 @@ from sokovan.orchestrator.schedule.handlers.lifecycle.call_agents import (
     CallAgents,
 )
 from sokovan.orchestrator.schedule.handlers.lifecycle.enforce_lifetime import EnforceLifetime
+from sokovan.orchestrator.schedule.handlers.lifecycle.requeue_preempted import RequeuePreempted
 from sokovan.orchestrator.schedule.handlers.lifecycle.schedule_new_sessions import ScheduleNewSessions
 from sokovan.orchestrator.schedule.handlers.lifecycle.terminate_sessions import TerminateSessions
 from sokovan.orchestrator.schedule.handlers.promotion.promote_sessions import PromoteSessions
@@ -76,10 +77,15 @@ ROUTE_DEBOUNCE = 0.05
 
 
 def session_lanes(
-    engine: AsyncEngine, rpc: AgentRPCClient, config: ClusterConfig | None = None
+    engine: AsyncEngine,
+    rpc: AgentRPCClient,
+    config: ClusterConfig | None = None,
+    events: UserEventPublisher | None = None,
+    wake: Callable[[], None] | None = None,
 ) -> dict[str, list[SessionHandler]]:
     """The session handlers, grouped into lanes that run concurrently. Within a lane, the order
-    lets one cycle carry a session as far as it can go."""
+    lets one cycle carry a session as far as it can go. `events` and `wake` serve preemption:
+    the placement lane publishes `session.preempted` and wakes the lanes to stop the victims."""
     cfg = config or ClusterConfig()
     return {
         # Failures and terminations first: they free resources.
@@ -88,9 +94,10 @@ def session_lanes(
             PromoteSessions(DETECT_STARTUP_FAILURE),
             PromoteSessions(DETECT_TERMINATION),
             TerminateSessions(rpc, force_after=lambda: cfg.phases.terminate.timeout / 2),
+            RequeuePreempted(),
             PromoteSessions(PROMOTE_TO_TERMINATED),
         ],
-        "place": [ScheduleNewSessions(engine)],
+        "place": [ScheduleNewSessions(engine, events=events, wake=wake)],
         "prepare": [CallAgents(PREPARE_SESSIONS, rpc), PromoteSessions(PROMOTE_TO_PREPARED)],
         "start": [CallAgents(START_SESSIONS, rpc), PromoteSessions(PROMOTE_TO_RUNNING)],
     }
@@ -170,7 +177,11 @@ class SokovanOrchestrator:
     ) -> None:
         self.config = config
         self.schedule = ScheduleCoordinator(
-            engine, config, session_lanes(engine, rpc, config), CycleLock(engine), events=events
+            engine,
+            config,
+            session_lanes(engine, rpc, config, events, functools.partial(self.hint, Hint.SCHEDULE)),
+            CycleLock(engine),
+            events=events,
         )
         retry = RetryCoordinator(engine, config, CycleLock(engine), events)
         maintenance = MaintenanceCoordinator(engine, rpc, config, CycleLock(engine))

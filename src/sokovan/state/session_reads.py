@@ -79,6 +79,8 @@ class SessionWithKernels:
     created_at: dt.datetime
     kernels: tuple[KernelInfo, ...]
     depends_on: tuple[uuid.UUID, ...] = ()
+    # May be evicted for a session of strictly higher priority (CONTRACT section 9).
+    preemptible: bool = False
 
     @property
     def requested_slots(self) -> ResourceSlots:
@@ -292,4 +294,5 @@ def _session(s: Any, kernels: list[KernelInfo], depends_on: tuple[uuid.UUID, ...
         created_at=s.created_at,
         kernels=tuple(kernels),
         depends_on=depends_on,
+        preemptible=bool(s.preemptible),
     )

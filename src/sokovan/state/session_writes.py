@@ -4,6 +4,11 @@ Every write is a compare-and-set: a session moves only if it is still in one of 
 caller expected, and its history row is written in the same transaction. A session that moved
 on in the meantime is *stale*: it is left alone and the attempt is recorded as such, never
 raised as an error. All statements are batched over the given sessions.
+
+A session leaving PENDING loses what only a waiting session has (its pending_reason and a
+preemptor's nomination). A transition may drop status_info keys (`drop_info`) and, for the one
+path from TERMINATING back to PENDING (a requeued preemption victim), replace the session's ended
+kernels by new PENDING ones (`replace_kernels`): the history row names the old kernels.
 """
 
 from __future__ import annotations
@@ -14,18 +19,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam, case, func, insert, select, update
+from sqlalchemy import bindparam, case, delete, func, insert, select, update
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.bus.user_events import UserEvent
+from sokovan.common.preemption import NOMINATED_AGENTS, NOMINATED_UNTIL, PREEMPTS
 from sokovan.common.types import KernelStatus, SchedulingResult, SessionResult, SessionStatus
-from sokovan.db.models import Session, SessionSchedulingHistory
+from sokovan.db.models import Kernel, Session, SessionSchedulingHistory
 from sokovan.state.kernel_writes import move_kernels_of_sessions
 from sokovan.state.status_info import SessionStatusInfo, status_info_of
 
 # Statuses whose kernels are swept along when a session moves and no kernel guard is given.
 _LIVE_KERNELS = frozenset(KernelStatus.non_terminal())
+# What only a waiting (PENDING) session carries: dropped when it moves on.
+WAITING_KEYS = ("pending_reason", NOMINATED_AGENTS, NOMINATED_UNTIL, PREEMPTS)
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,10 @@ class SessionTransition:
     attempt: int = 0
     bump_attempts: bool = False
     reset_attempts: bool = False
+    # status_info keys removed (after the merge of `status_info`)
+    drop_info: frozenset[str] = frozenset()
+    # Delete the session's kernels (all ended) and give it new PENDING ones (requeue only).
+    replace_kernels: bool = False
 
 
 @dataclass
@@ -93,6 +105,8 @@ async def apply_session_transitions(
                 Session.phase_attempts,
                 Session.user_id,
                 Session.deployment_id,
+                Session.resources,
+                Session.cluster_size,
             )
             .where(Session.id.in_(ids))
             .with_for_update(key_share=True)  # FOR NO KEY UPDATE: FK checks may still pass
@@ -101,6 +115,9 @@ async def apply_session_transitions(
     owners = {r.id: str(r.user_id) for r in rows}
     replicas = {r.id for r in rows if r.deployment_id is not None}
     current = {r.id: (SessionStatus(r.status), status_info_of(r.status_info), r.phase_attempts) for r in rows}
+    shapes = {r.id: (r.resources, r.cluster_size) for r in rows}
+    old_kernels = await _kernel_ids(conn, [t.session_id for t in transitions if t.replace_kernels])
+    replaced: list[uuid.UUID] = []
     now = dt.datetime.now(dt.UTC)
     session_rows: list[dict[str, Any]] = []
     history_rows: list[dict[str, Any]] = []
@@ -118,8 +135,12 @@ async def apply_session_transitions(
             continue
         target = t.to_status or status
         new_info: SessionStatusInfo = {**info, **(t.status_info or {})}
-        if target != SessionStatus.PENDING and "pending_reason" not in (t.status_info or {}):
-            new_info.pop("pending_reason", None)  # only a waiting session has a reason to wait
+        if target != SessionStatus.PENDING:
+            for key in WAITING_KEYS:  # only a waiting session has a reason to wait, or a nomination
+                if key not in (t.status_info or {}):
+                    new_info.pop(key, None)  # type: ignore[misc]
+        for key in t.drop_info:
+            new_info.pop(key, None)  # type: ignore[misc]
         new_attempts = 0 if (t.reset_attempts or target != status) else attempts + int(t.bump_attempts)
         session_rows.append(
             {
@@ -133,7 +154,12 @@ async def apply_session_transitions(
                 "b_set_result": t.session_result is not None,
             }
         )
-        history_rows.append(_history(t, status, target, t.message, now))
+        message = t.message
+        if t.replace_kernels:
+            replaced.append(t.session_id)
+            old = ", ".join(str(k) for k in old_kernels.get(t.session_id, []))
+            message = f"{message}; old kernels: {old}" if message else f"old kernels: {old}"
+        history_rows.append(_history(t, status, target, message, now))
         out.applied.append(t.session_id)
         if target != status:
             out.moved[t.session_id] = (out.moved.get(t.session_id, (status, target))[0], target)
@@ -165,7 +191,45 @@ async def apply_session_transitions(
         await move_kernels_of_sessions(
             conn, session_ids, kernel_expected, kernel_to, source="session", now=now
         )
+    if replaced:
+        await _replace_kernels(conn, {sid: shapes[sid] for sid in replaced})
     return out
+
+
+async def _kernel_ids(
+    conn: AsyncConnection, session_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, list[uuid.UUID]]:
+    out: dict[uuid.UUID, list[uuid.UUID]] = {}
+    if not session_ids:
+        return out
+    rows = await conn.execute(
+        select(Kernel.session_id, Kernel.id)
+        .where(Kernel.session_id.in_(session_ids))
+        .order_by(Kernel.session_id, Kernel.cluster_idx)
+    )
+    for sid, kid in rows:
+        out.setdefault(sid, []).append(kid)
+    return out
+
+
+async def _replace_kernels(conn: AsyncConnection, shapes: dict[uuid.UUID, tuple[Any, int]]) -> None:
+    """The sessions' kernels (all ended: the caller's guard) make way for new PENDING ones, one per
+    cluster member with the session's per-kernel slots, as when it was created."""
+    await conn.execute(delete(Kernel).where(Kernel.session_id.in_(list(shapes))))
+    await conn.execute(
+        insert(Kernel),
+        [
+            {
+                "session_id": sid,
+                "cluster_role": "main" if i == 0 else "sub",
+                "cluster_idx": i,
+                "status": KernelStatus.PENDING.value,
+                "occupied_slots": resources,
+            }
+            for sid, (resources, size) in shapes.items()
+            for i in range(size)
+        ],
+    )
 
 
 _MERGE_KEY = ("handler", "result", "from_status", "to_status")

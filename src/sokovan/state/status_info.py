@@ -34,6 +34,17 @@ class SessionStatusInfo(TypedDict, total=False):
     forced: bool
     # The retry engine's decision for a failed session (decision, cause, due_at, child, ...).
     retry: dict[str, Any]
+    # Preemption (sokovan.common.preemption names the keys). A victim: who preempted it, what
+    # happens once its kernels ended (terminate | requeue), its kernels' SIGTERM → SIGKILL grace;
+    # a requeued session counts how often it was preempted.
+    preempted_by: str
+    preempt_mode: str
+    kill_grace: float
+    preempted_count: int
+    # A preemptor: the agents whose room is held for it (one per kernel), until when, its victims.
+    nominated_agents: list[str]
+    nominated_until: str
+    preempts: list[str]
 
 
 def status_info_of(raw: Any) -> SessionStatusInfo:

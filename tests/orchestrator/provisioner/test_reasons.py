@@ -17,8 +17,24 @@ def test_agent_refusals_read_as_before() -> None:
         "UNSCHEDULABLE": "not schedulable",
         "IMAGE_NOT_OFFERED": "image not offered",
         "AT_KERNEL_LIMIT": "at kernel limit",
+        "HELD": "room held for a preempting session",
     }
     assert reasons.insufficient("cuda.device") == "insufficient cuda.device"
+
+
+def test_preemption_messages() -> None:
+    other = uuid.UUID(int=2)
+    assert reasons.no_victims("0/1 agents fit: 1 insufficient cpu") == (
+        "0/1 agents fit: 1 insufficient cpu; no lower-priority preemptible sessions would free enough room"
+    )
+    assert reasons.waiting_for_victims([SID, other], ["a", "a"]) == (
+        f"waiting for preempted sessions {SID}, {other} to end on agent a"
+    )
+    assert (
+        reasons.waiting_for_victims([SID], ["b", "a"])
+        == f"waiting for preempted sessions {SID} to end on agents a, b"
+    )
+    assert reasons.preempted_by(SID, 50) == f"preempted by session {SID} (priority 50)"
 
 
 def test_agents_fit_counts_the_most_frequent_first_and_ties_by_name() -> None:

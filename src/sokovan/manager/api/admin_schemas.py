@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from sokovan.common.preemption import PreemptionSettings
 from sokovan.common.retry_policy import RetryPolicy
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus, SessionType
@@ -134,6 +135,23 @@ def _unique(value: list[Any] | None) -> list[Any] | None:
     return value
 
 
+_PREEMPTION_DOC = (
+    '{"mode": "off" | "terminate" | "requeue", "grace_period": seconds between SIGTERM and SIGKILL '
+    "for a victim's kernels, 0-3600}; mode off (the default) never preempts"
+)
+
+
+def _strict_preemption(value: Any) -> Any:
+    """JSON types as given, before `PreemptionSettings` (which would read "30" or true as a number)."""
+    if isinstance(value, dict):
+        grace = value.get("grace_period")
+        if "grace_period" in value and (isinstance(grace, bool) or not isinstance(grace, int | float)):
+            raise ValueError("preemption.grace_period must be a number of seconds")
+        if "mode" in value and not isinstance(value["mode"], str):
+            raise ValueError("preemption.mode must be a string: off, terminate or requeue")
+    return value
+
+
 class ScalingGroupPatch(BaseModel):
     """Body of `PATCH /v2/scaling-groups/{name}`: only the fields given change."""
 
@@ -161,6 +179,16 @@ class ScalingGroupPatch(BaseModel):
     resource_priority: list[SlotName] | None = Field(
         default=None, min_length=1, description="slot names in the order selectors compare agents by"
     )
+    preemption: PreemptionSettings | None = Field(
+        default=None,
+        description=_PREEMPTION_DOC + "; the keys given replace the stored ones, the others are kept",
+        json_schema_extra={"example": {"mode": "terminate", "grace_period": 30}},
+    )
+
+    @field_validator("preemption", mode="before")
+    @classmethod
+    def _strict_preemption(cls, value: Any) -> Any:
+        return _strict_preemption(value)
 
     @field_validator("scheduler")
     @classmethod
@@ -191,6 +219,8 @@ class ScalingGroupPatch(BaseModel):
             value = getattr(self, name)
             if name == "allowed_session_types":
                 value = [t.value for t in value]
+            elif name == "preemption":  # only the keys given: merged over the stored object
+                value = value.model_dump(mode="json", exclude_unset=True)
             out[name] = value
         return out
 
@@ -215,6 +245,11 @@ class ScalingGroupCreate(ScalingGroupPatch):
     resource_priority: list[SlotName] = Field(
         default_factory=lambda: ["cuda.device", "cpu", "mem"], min_length=1
     )
+    preemption: PreemptionSettings = Field(
+        default_factory=PreemptionSettings,
+        description=_PREEMPTION_DOC + "; keys left out take their defaults (grace_period 30)",
+        json_schema_extra={"example": {"mode": "terminate", "grace_period": 30}},
+    )
 
     def values(self) -> dict[str, Any]:
         return {
@@ -225,6 +260,7 @@ class ScalingGroupCreate(ScalingGroupPatch):
             "allowed_session_types": [t.value for t in self.allowed_session_types],
             "queue_policy": self.queue_policy,
             "resource_priority": list(self.resource_priority),
+            "preemption": self.preemption.model_dump(mode="json"),
         }
 
 
@@ -236,6 +272,9 @@ class ScalingGroupOut(BaseModel):
     allowed_session_types: list[SessionType]
     queue_policy: QueuePolicy
     resource_priority: list[str]
+    preemption: PreemptionSettings = Field(
+        description="what a session that finds no room may do to lower-priority preemptible ones"
+    )
     created_at: dt.datetime
 
 

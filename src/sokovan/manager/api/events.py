@@ -231,7 +231,8 @@ ROUTES = [
         "GET",
         "/v2/events",
         stream_events,
-        "Server-sent events: session, kernel, agent, retry, deployment and route transitions the "
+        "Server-sent events: session, kernel, agent, retry, deployment and route transitions and "
+        "preemptions (`session.preempted`: session_id, preempted_by, agent_id) the "
         "caller may see (its own sessions and deployments; an admin all). Each message has "
         "`event: <name>` and `data: <UserEvent JSON>`; a `: keep-alive` comment comes every 15 s",
         {200: UserEvent},

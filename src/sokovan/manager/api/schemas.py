@@ -74,7 +74,11 @@ class SessionOut(BaseModel):
     access_key: str
     status: SessionStatus
     result: SessionResult | None
-    status_info: dict[str, Any]
+    status_info: dict[str, Any] = Field(
+        description="cause, message, pending_reason, retry; with preemption: preempted_by, preempt_mode "
+        "and kill_grace on a victim, preempted_count on a requeued session, nominated_agents, "
+        "nominated_until and preempts on a preemptor waiting for its victims"
+    )
     type: SessionType
     image: str
     command: str | None
@@ -82,7 +86,10 @@ class SessionOut(BaseModel):
     cluster_size: int
     cluster_mode: ClusterMode
     scaling_group: str
-    priority: int
+    priority: int = Field(description="0-100, higher first")
+    preemptible: bool = Field(
+        description="a higher-priority session may evict it when its scaling group's preemption is on"
+    )
     environ: dict[str, str]
     depends_on: list[uuid.UUID]
     kernels: list[KernelOut]
@@ -160,3 +167,4 @@ class DryRunResponse(BaseModel):
     placeable: bool
     agents: list[str] = Field(description="the agent of each kernel, in cluster order; [] if not placeable")
     pending_reason: str | None = Field(description="why it would wait in PENDING; null if placeable")
+    preempts: list[str] = Field(default_factory=list, description="the sessions it would preempt to fit")

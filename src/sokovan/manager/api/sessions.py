@@ -70,7 +70,10 @@ async def create_session(request: web.Request) -> web.Response:
         result = await request.app[CONTROLLER_KEY].dry_run(principal, spec)
         return json_response(
             DryRunResponse(
-                placeable=result.placeable, agents=list(result.agents), pending_reason=result.pending_reason
+                placeable=result.placeable,
+                agents=list(result.agents),
+                pending_reason=result.pending_reason,
+                preempts=list(result.preempts),
             )
         )
     outcome = await request.app[CONTROLLER_KEY].create_session(principal, spec)

@@ -31,6 +31,7 @@ class ControllerReplicas:
                 name=spec.name,
                 image=spec.image,
                 type=SessionType.INFERENCE,
+                preemptible=False,
                 command=spec.command,
                 resources=spec.resources,
                 scaling_group=spec.scaling_group,

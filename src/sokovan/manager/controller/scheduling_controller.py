@@ -183,6 +183,8 @@ class SchedulingController:
         session_id = uuid.uuid4()
         slots = per_kernel.to_json()
         policy = spec.retry_policy
+        # A deployment's replicas are never preemptible: the deployment keeps its capacity.
+        preemptible = spec.effective_preemptible() and deployment_id is None
         await conn.execute(
             _INSERT_SESSION,
             {
@@ -202,6 +204,7 @@ class SchedulingController:
                 "cluster_size": spec.cluster_size,
                 "cluster_mode": spec.cluster_mode.value,
                 "priority": spec.priority,
+                "preemptible": preemptible,
                 "status": SessionStatus.PENDING.value,
                 "status_info": {},
                 "retry_count": 0,
@@ -244,6 +247,8 @@ class SchedulingController:
                 "cluster_size": spec.cluster_size,
                 "scaling_group": spec.scaling_group,
                 "creation_id": spec.creation_id,
+                "priority": spec.priority,
+                "preemptible": preemptible,
             },
         )
         return session_id

@@ -13,6 +13,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
@@ -20,6 +21,7 @@ from pydantic import (
     field_validator,
 )
 
+from sokovan.common.preemption import default_preemptible
 from sokovan.common.retry_policy import RetryPolicy
 from sokovan.common.slots import ResourceSlots, positive_request
 from sokovan.common.types import ClusterMode, SessionType
@@ -90,6 +92,11 @@ class SessionCreateRequest(BaseModel):
         le=MAX_PRIORITY,
         description=f"higher first; above {DEFAULT_PRIORITY} for admins only (403 for a user)",
     )
+    preemptible: StrictBool | None = Field(
+        default=None,
+        description="may a higher-priority session's scheduling evict it; left out: true for batch, "
+        "false for interactive and inference",
+    )
     retry_policy: RetryPolicy | None = None
     creation_id: str | None = Field(default=None, min_length=1, max_length=128)
 
@@ -102,6 +109,10 @@ class SessionCreateRequest(BaseModel):
         if info.data.get("type") == SessionType.BATCH and not (value and value.strip()):
             raise ValueError("a batch session needs a command")
         return parse_command(value)
+
+    def effective_preemptible(self) -> bool:
+        """`preemptible` as given, else the default of the session's type."""
+        return default_preemptible(self.type) if self.preemptible is None else self.preemptible
 
     def per_kernel_slots(self) -> ResourceSlots:
         """The per-kernel request: the defaults overlaid with what the caller gave."""

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from sokovan.common.preemption import PreemptionSettings
 from sokovan.db.models import AuditLog, Domain, KeypairResourcePolicy, Project, ScalingGroup
 from sokovan.manager.repositories.paging import page_after_key
 from sokovan.manager.repositories.tenancy import TenancyError
@@ -109,6 +111,28 @@ async def put_project(
 # -- scaling groups ----------------------------------------------------------------------------
 
 
+def stored_preemption(value: Any) -> dict[str, Any]:
+    """A group's stored `preemption` as the API shows it: an object `PreemptionSettings` refuses
+    (written by hand) reads as the default, mode off, which is also how the scheduler treats it."""
+    try:
+        settings = PreemptionSettings.model_validate(value)
+    except ValidationError:
+        settings = PreemptionSettings()
+    return settings.model_dump(mode="json")
+
+
+def merged_preemption(stored: Any, given: dict[str, Any]) -> dict[str, Any]:
+    """A PATCH's `preemption` keys over the stored object (the keys it leaves out are kept)."""
+    merged = PreemptionSettings.model_validate({**stored_preemption(stored), **given})
+    return merged.model_dump(mode="json")
+
+
+def _group_row(row: Any) -> dict[str, Any]:
+    out = _row(row)
+    out["preemption"] = stored_preemption(out.get("preemption"))
+    return out
+
+
 async def create_scaling_group(conn: AsyncConnection, values: dict[str, Any], actor: str) -> dict[str, Any]:
     row = (
         await conn.execute(
@@ -121,7 +145,7 @@ async def create_scaling_group(conn: AsyncConnection, values: dict[str, Any], ac
     if row is None:
         raise AlreadyExists(f"scaling group {values['name']!r} already exists")
     await audit(conn, actor, "scaling_group.create", values["name"], values)
-    return _row(row)
+    return _group_row(row)
 
 
 async def patch_scaling_group(
@@ -130,6 +154,15 @@ async def patch_scaling_group(
     """Set `changes` on the scaling group; None when it does not exist."""
     if not changes:
         return await get_scaling_group(conn, name)
+    if "preemption" in changes:
+        stored = (
+            await conn.execute(
+                select(ScalingGroup.preemption).where(ScalingGroup.name == name).with_for_update()
+            )
+        ).first()
+        if stored is None:
+            return None
+        changes = {**changes, "preemption": merged_preemption(stored.preemption, changes["preemption"])}
     row = (
         await conn.execute(
             update(ScalingGroup)
@@ -141,12 +174,12 @@ async def patch_scaling_group(
     if row is None:
         return None
     await audit(conn, actor, "scaling_group.update", name, changes)
-    return _row(row)
+    return _group_row(row)
 
 
 async def get_scaling_group(conn: AsyncConnection, name: str) -> dict[str, Any] | None:
     row = (await conn.execute(select(*ScalingGroup.__table__.c).where(ScalingGroup.name == name))).first()
-    return _row(row) if row else None
+    return _group_row(row) if row else None
 
 
 async def list_scaling_groups(
@@ -155,4 +188,4 @@ async def list_scaling_groups(
     """By name; `cursor` continues after the last name of the previous page."""
     query = select(*ScalingGroup.__table__.c)
     rows, next_cursor = await page_after_key(conn, query, ScalingGroup.name, "name", str, limit, cursor)
-    return [_row(r) for r in rows], next_cursor
+    return [_group_row(r) for r in rows], next_cursor

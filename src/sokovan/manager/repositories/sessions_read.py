@@ -145,6 +145,7 @@ async def _views(conn: AsyncConnection, rows: Sequence[Any]) -> list[dict[str, A
                 "cluster_mode": s.cluster_mode,
                 "scaling_group": s.scaling_group,
                 "priority": s.priority,
+                "preemptible": s.preemptible,
                 "environ": s.environ or {},
                 "depends_on": sorted(str(d) for d in s.deps_json),
                 "kernels": [{**k, "id": str(k["id"])} for k in s.kernels_json],

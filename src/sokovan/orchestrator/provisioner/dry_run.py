@@ -1,11 +1,12 @@
 """Where a session would go now, or why not: the real pipeline over the current snapshot,
-written nowhere."""
+written nowhere. A session that fits only by preempting is placeable on its nominated agents,
+and `preempts` names the sessions it would evict (empty otherwise)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -41,6 +42,7 @@ class DryRunResult:
     placeable: bool
     agents: list[str]  # one agent id per kernel, in cluster order
     pending_reason: str | None
+    preempts: list[str] = field(default_factory=list)  # the sessions it would evict
 
 
 async def dry_run(conn: AsyncConnection, req: DryRunRequest) -> DryRunResult:
@@ -92,6 +94,9 @@ async def dry_run(conn: AsyncConnection, req: DryRunRequest) -> DryRunResult:
     if plan.placements:
         placement = plan.placements[0]
         return DryRunResult(True, [placement.kernels[k.id] for k in kernels], None)
+    for preemption in plan.preemptions:
+        if preemption.session_id == session.id:
+            return DryRunResult(True, list(preemption.agents), None, [str(v) for v in preemption.victims])
     if session.id in plan.rejected:
         cause, message = plan.rejected[session.id]
         return DryRunResult(False, [], rejected(message, cause))

@@ -1,15 +1,31 @@
-"""Builds the snapshots for one scheduling cycle in a fixed handful of statements."""
+"""Builds the snapshots for one scheduling cycle in a fixed handful of statements.
+
+Preemption adds up to three: the groups' RUNNING preemptible sessions with their placed kernels
+(only for groups whose mode is not off; an invalid stored `preemption` counts as off), the
+nominations in force (PENDING sessions whose `nominated_until` has not passed) and the room their
+victims still occupy, from which each nominated agent's hold is derived."""
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
 from typing import Any
 
+import structlog
+from pydantic import ValidationError
 from sqlalchemy import Numeric, cast, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from sokovan.common.preemption import (
+    NOMINATED_AGENTS,
+    NOMINATED_UNTIL,
+    PREEMPTS,
+    PreemptionMode,
+    PreemptionSettings,
+)
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus, SessionStatus
 from sokovan.db.models import (
@@ -24,19 +40,34 @@ from sokovan.db.models import (
 )
 from sokovan.orchestrator.provisioner.snapshot import (
     AgentSnapshot,
+    Candidate,
+    Hold,
     KeypairPolicy,
+    Nomination,
     ScalingGroupSnapshot,
     Tenancy,
+    VictimKernel,
 )
 from sokovan.state.occupancy import agent_occupancy, slot_holding
 from sokovan.state.quota import quota_of
 from sokovan.state.session_reads import SessionWithKernels
 
+log = structlog.get_logger(__name__)
+
 _ACTIVE = [s.value for s in SessionStatus.non_terminal() - {SessionStatus.PENDING}]
 
 
+def preemption_settings(raw: Any, scaling_group: str = "") -> PreemptionSettings:
+    """A group's stored `preemption`, validated; an invalid value is logged and counts as off."""
+    try:
+        return PreemptionSettings.model_validate(raw or {})
+    except ValidationError as exc:
+        log.warning("schedule.invalid_preemption", scaling_group=scaling_group, error=str(exc))
+        return PreemptionSettings(mode=PreemptionMode.OFF)
+
+
 async def load_snapshots(
-    conn: AsyncConnection, sessions: Sequence[SessionWithKernels]
+    conn: AsyncConnection, sessions: Sequence[SessionWithKernels], now: dt.datetime | None = None
 ) -> dict[str, ScalingGroupSnapshot]:
     names = sorted({s.scaling_group for s in sessions})
     orm = AsyncSession(bind=conn)
@@ -69,10 +100,110 @@ async def load_snapshots(
             allowed_session_types=frozenset(sg.allowed_session_types or ()),
             roundrobin_cursor=sg.roundrobin_cursor,
             tenancy=tenancy,
+            preemption=preemption_settings(sg.preemption, sg.name),
+            now=now or dt.datetime.now(dt.UTC),
         )
         out[sg.name] = snapshot
     await _load_user_allocations(conn, out)
+    await _load_candidates(conn, out)
+    await _load_nominations(conn, out)
     return out
+
+
+async def _load_candidates(conn: AsyncConnection, snapshots: dict[str, ScalingGroupSnapshot]) -> None:
+    """RUNNING preemptible sessions of the groups that preempt, with their placed live kernels."""
+    groups = [n for n, s in snapshots.items() if s.preemption.mode != PreemptionMode.OFF]
+    if not groups:
+        return
+    rows = await conn.execute(
+        select(
+            Session.id,
+            Session.scaling_group,
+            Session.priority,
+            Session.created_at,
+            Kernel.agent_id,
+            Kernel.occupied_slots,
+        )
+        .join(Kernel, Kernel.session_id == Session.id)
+        .where(
+            Session.scaling_group.in_(groups),
+            Session.status == SessionStatus.RUNNING.value,
+            Session.preemptible.is_(True),
+            Kernel.agent_id.is_not(None),
+            Kernel.status.in_(slot_holding()),
+        )
+        .order_by(Session.id, Kernel.cluster_idx)
+    )
+    found: dict[uuid.UUID, tuple[str, int, dt.datetime, list[VictimKernel]]] = {}
+    for sid, sg, priority, created_at, agent_id, slots in rows:
+        entry = found.setdefault(sid, (sg, priority, created_at, []))
+        entry[3].append(VictimKernel(agent_id, ResourceSlots.from_json(slots)))
+    for sid, (sg, priority, created_at, kernels) in found.items():
+        snapshots[sg].candidates.append(Candidate(sid, priority, True, created_at, tuple(kernels)))
+
+
+async def _load_nominations(conn: AsyncConnection, snapshots: dict[str, ScalingGroupSnapshot]) -> None:
+    """The nominations in force and, on each nominated agent, the room held for the nominee: its
+    need there less what its victims still occupy there."""
+    rows = (
+        await conn.execute(
+            select(
+                Session.id, Session.scaling_group, Session.priority, Session.resources, Session.status_info
+            )
+            .where(
+                Session.scaling_group.in_(list(snapshots)),
+                Session.status == SessionStatus.PENDING.value,
+                Session.status_info.has_key(NOMINATED_AGENTS),
+            )
+            .order_by(Session.id)
+        )
+    ).all()
+    nominations: list[tuple[str, Nomination, ResourceSlots]] = []
+    for sid, sg, priority, resources, info in rows:
+        snapshot = snapshots[sg]
+        try:
+            until = dt.datetime.fromisoformat(str(info.get(NOMINATED_UNTIL)))
+            agents = tuple(str(a) for a in info[NOMINATED_AGENTS])
+            victims = tuple(uuid.UUID(str(v)) for v in info.get(PREEMPTS) or ())
+        except (TypeError, ValueError):
+            continue  # not a nomination this version wrote: it is treated as lapsed
+        if until <= snapshot.now:
+            continue
+        nomination = Nomination(sid, priority, agents, victims)
+        snapshot.nominations[sid] = nomination
+        nominations.append((sg, nomination, ResourceSlots.from_json(resources)))
+    if not nominations:
+        return
+    victim_ids = sorted({v for _, n, _ in nominations for v in n.victims})
+    still: dict[tuple[uuid.UUID, str], tuple[ResourceSlots, int]] = defaultdict(lambda: (ResourceSlots(), 0))
+    if victim_ids:
+        for sid, agent_id, slots in await conn.execute(
+            select(Kernel.session_id, Kernel.agent_id, Kernel.occupied_slots).where(
+                Kernel.session_id.in_(victim_ids),
+                Kernel.agent_id.is_not(None),
+                Kernel.status.in_(slot_holding()),
+            )
+        ):
+            held, n = still[(sid, agent_id)]
+            still[(sid, agent_id)] = (held + ResourceSlots.from_json(slots), n + 1)
+    for sg, nomination, per_kernel in nominations:
+        for agent in snapshots[sg].agents:
+            count = nomination.agents.count(agent.id)
+            if not count:
+                continue
+            occupied, occupied_n = ResourceSlots(), 0
+            for victim in nomination.victims:
+                slots, n = still.get((victim, agent.id), (ResourceSlots(), 0))
+                occupied, occupied_n = occupied + slots, occupied_n + n
+            need = per_kernel.scaled(count) - occupied
+            agent.held.append(
+                Hold(
+                    nomination.session_id,
+                    nomination.priority,
+                    ResourceSlots({k: v for k, v in need.items() if v > 0}),
+                    max(0, count - occupied_n),
+                )
+            )
 
 
 async def _load_tenancy(

@@ -8,6 +8,13 @@ Queue policy: with `block`, the first session that no agent has room for holds i
 nothing after it is placed in this cycle (no starvation of big sessions, at the cost of idle
 room); with `backfill` (the default) smaller sessions behind it may use the room meanwhile.
 A session that waits for a validator (quota, concurrency, dependencies) never blocks others.
+
+Preemption (the group's mode not `off`): a session that passed the validators and that no agent
+has room for asks `victims.select_victims`; when victims would make it fit, the plan records a
+`Preemption` (the session stays PENDING, nominated to its agents), its victims are not offered to
+later sessions, and the room they free is held for it (`AgentSnapshot.held`) against every later
+session of lower or equal priority. A nominee in force is placed on its nominated agents first
+and otherwise waits for its victims; one whose nomination lapsed competes again (`Plan.lapsed`).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from sokovan.common.preemption import NOMINATED_AGENTS, PreemptionMode
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus, ClusterMode
 from sokovan.orchestrator.hooks import hook_for
@@ -25,15 +33,31 @@ from sokovan.orchestrator.provisioner.reasons import (
     agents_fit,
     insufficient,
     multi_node_needs,
+    no_victims,
     not_ready,
     queued_behind,
+    waiting_for_victims,
 )
-from sokovan.orchestrator.provisioner.snapshot import AgentSnapshot, Placement, Plan, ScalingGroupSnapshot
+from sokovan.orchestrator.provisioner.snapshot import (
+    AgentSnapshot,
+    Hold,
+    Placement,
+    Plan,
+    Preemption,
+    ScalingGroupSnapshot,
+)
 from sokovan.orchestrator.provisioner.stages import Reject, Selector, Sequencer, Validator, Wait
+from sokovan.orchestrator.provisioner.victims import select_victims
 from sokovan.state.session_reads import SessionWithKernels
 
 
-def why_not(agent: AgentSnapshot, image: str, slots: ResourceSlots, kernels: int) -> str | None:
+def why_not(
+    agent: AgentSnapshot,
+    image: str,
+    slots: ResourceSlots,
+    kernels: int,
+    session: SessionWithKernels | None = None,
+) -> str | None:
     """None when `agent` can take `kernels` kernels needing `slots` in all, else the reason."""
     if agent.status != AgentStatus.READY:
         return not_ready(agent.status)
@@ -46,6 +70,8 @@ def why_not(agent: AgentSnapshot, image: str, slots: ResourceSlots, kernels: int
     short = slots.shortfall(agent.free)
     if short:
         return insufficient(short[0])
+    if session is not None and not agent.can_take(image, slots, kernels, session.priority, session.id):
+        return AgentRefusal.HELD
     return None
 
 
@@ -67,6 +93,8 @@ class Provisioner:
     block: bool = False
     # request shape → why it did not fit earlier in this plan
     _unfit: dict[tuple[object, ...], str] = field(default_factory=dict)
+    # request shapes (with priority) for which no victims would make room earlier in this plan
+    _no_victims: set[tuple[object, ...]] = field(default_factory=set)
 
     def plan(self, sessions: Sequence[SessionWithKernels], snapshot: ScalingGroupSnapshot) -> Plan:
         plan = Plan()
@@ -85,14 +113,74 @@ class Provisioner:
                 continue
             placement, reason = self._place(session, snapshot)
             if placement is None:
-                plan.waiting[session.id] = reason
+                self._no_room(session, snapshot, plan, reason)
                 if self.block:
                     blocker = session
                 continue
             plan.placements.append(placement)
             snapshot.charge(session)
+            for agent in snapshot.agents:
+                if agent.held:
+                    agent.release(session.id)
         plan.roundrobin_cursor = snapshot.roundrobin_cursor
         return plan
+
+    def _no_room(
+        self, session: SessionWithKernels, snapshot: ScalingGroupSnapshot, plan: Plan, reason: str
+    ) -> None:
+        """No agent has room: a nominee waits for its victims; otherwise preemption may find some."""
+        nomination = snapshot.nominations.get(session.id)
+        if nomination is not None:
+            plan.waiting[session.id] = waiting_for_victims(nomination.victims, nomination.agents)
+            return
+        if NOMINATED_AGENTS in session.status_info:
+            plan.lapsed.add(session.id)
+        if snapshot.preemption.mode == PreemptionMode.OFF:
+            plan.waiting[session.id] = reason
+            return
+        key = self._shape(session)
+        preemption = None
+        if key not in self._no_victims:
+            preemption = select_victims(session, snapshot.agents, snapshot.candidates, snapshot.taken)
+        if preemption is None:
+            self._no_victims.add(key)
+            plan.waiting[session.id] = no_victims(reason)
+            return
+        plan.preemptions.append(preemption)
+        plan.lapsed.discard(session.id)
+        plan.waiting_if_abandoned[session.id] = reason
+        self._reserve(session, preemption, snapshot)
+
+    @staticmethod
+    def _reserve(session: SessionWithKernels, preemption: Preemption, snapshot: ScalingGroupSnapshot) -> None:
+        """The victims are the preemptor's: no later session takes them; the room they free is held
+        for it (net of what they still occupy, which already keeps others out)."""
+        victims = set(preemption.victims)
+        snapshot.taken |= victims
+        occupied: dict[str, tuple[ResourceSlots, int]] = {}
+        for c in snapshot.candidates:
+            if c.id in victims:
+                for k in c.kernels:
+                    slots, n = occupied.get(k.agent_id, (ResourceSlots(), 0))
+                    occupied[k.agent_id] = (slots + k.slots, n + 1)
+        for agent in snapshot.agents:
+            count = preemption.agents.count(agent.id)
+            if not count:
+                continue
+            still, still_n = occupied.get(agent.id, (ResourceSlots(), 0))
+            need = session.resources.scaled(count) - still
+            slots = ResourceSlots({k: v for k, v in need.items() if v > 0})
+            agent.held.append(Hold(session.id, session.priority, slots, max(0, count - still_n)))
+
+    @staticmethod
+    def _shape(session: SessionWithKernels) -> tuple[object, ...]:
+        return (
+            session.image,
+            tuple(sorted(session.resources.items())),
+            len(session.kernels),
+            session.cluster_mode,
+            session.priority,
+        )
 
     def _validate(self, session: SessionWithKernels, snapshot: ScalingGroupSnapshot) -> Wait | Reject | None:
         hook = hook_for(session)
@@ -111,23 +199,25 @@ class Provisioner:
         if session.cluster_mode == ClusterMode.MULTI_NODE and len(kernels) > 1:
             return self._place_spread(session, snapshot, kernels)
         whole = session.resources.scaled(len(kernels))
-        shape = (session.image, tuple(sorted(whole.items())), len(kernels))
-        if shape in self._unfit:  # room only shrinks within a cycle: it still does not fit
+        nominated = snapshot.nominations.get(session.id)
+        # Room held for nominees depends on the priority; a nominee sees its own room.
+        shape = (session.image, tuple(sorted(whole.items())), len(kernels), session.priority)
+        if nominated is None and shape in self._unfit:  # room only shrinks within a cycle
             return None, self._unfit[shape]
+
+        def fits(a: AgentSnapshot) -> bool:
+            return a.can_take(session.image, whole, len(kernels), session.priority, session.id)
+
         avoid = frozenset(session.status_info.get("avoid_agents") or ())
         agent = None
-        if avoid:  # agents it failed on are the last resort, not excluded
-            agent = self.selector.pick(
-                session,
-                lambda a: a.id not in avoid and a.can_take(session.image, whole, len(kernels)),
-                snapshot,
-            )
+        if nominated is not None:  # its nominated agents first: their room is held for it
+            agent = self.selector.pick(session, lambda a: a.id in nominated.agents and fits(a), snapshot)
+        if agent is None and avoid:  # agents it failed on are the last resort, not excluded
+            agent = self.selector.pick(session, lambda a: a.id not in avoid and fits(a), snapshot)
         if agent is None:
-            agent = self.selector.pick(
-                session, lambda a: a.can_take(session.image, whole, len(kernels)), snapshot
-            )
+            agent = self.selector.pick(session, fits, snapshot)
         if agent is None:
-            _, reasons = _filter(snapshot.agents, session.image, whole, len(kernels))
+            _, reasons = _filter(snapshot.agents, session, whole, len(kernels))
             self._unfit[shape] = agents_fit(len(snapshot.agents), 0, reasons)
             return None, self._unfit[shape]
         agent.take(whole, len(kernels))
@@ -139,17 +229,26 @@ class Provisioner:
     ) -> tuple[Placement | None, str]:
         """Each kernel on a different agent; all or nothing."""
         chosen: list[AgentSnapshot] = []
-        for _ in kernels:
-            agent = self.selector.pick(
-                session,
-                lambda a: a not in chosen and a.can_take(session.image, session.resources, 1),
-                snapshot,
+        nominated = snapshot.nominations.get(session.id)
+        prefer = frozenset(nominated.agents) if nominated is not None else frozenset()
+
+        def fits(a: AgentSnapshot) -> bool:
+            return a not in chosen and a.can_take(
+                session.image, session.resources, 1, session.priority, session.id
             )
+
+        for _ in kernels:
+            agent = (
+                self.selector.pick(session, lambda a: a.id in prefer and fits(a), snapshot)
+                if prefer
+                else None
+            )
+            agent = agent or self.selector.pick(session, fits, snapshot)
             if agent is None:
                 break
             chosen.append(agent)
         if len(chosen) < len(kernels):
-            fitting, reasons = _filter(snapshot.agents, session.image, session.resources, 1)
+            fitting, reasons = _filter(snapshot.agents, session, session.resources, 1)
             detail = agents_fit(len(snapshot.agents), len(fitting), reasons)
             return None, multi_node_needs(len(kernels), detail)
         for agent in chosen:
@@ -161,12 +260,12 @@ class Provisioner:
 
 
 def _filter(
-    agents: Sequence[AgentSnapshot], image: str, slots: ResourceSlots, kernels: int
+    agents: Sequence[AgentSnapshot], session: SessionWithKernels, slots: ResourceSlots, kernels: int
 ) -> tuple[list[AgentSnapshot], Counter[str]]:
     fits: list[AgentSnapshot] = []
     reasons: Counter[str] = Counter()
     for agent in agents:
-        reason = why_not(agent, image, slots, kernels)
+        reason = why_not(agent, session.image, slots, kernels, session)
         if reason is None:
             fits.append(agent)
         else:

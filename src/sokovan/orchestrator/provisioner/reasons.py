@@ -9,6 +9,8 @@ compare them byte for byte. The stages use the names and formatters here, never 
 - the validators' waits and rejects, each a formatter named after what it says.
 - `unknown_scaling_group`, `rejected`, `WAITING`: a dry run's answers besides the plan's own.
 - `filled_up`, `PLACED_MEANWHILE`: why the allocator left a session for the next cycle.
+- `no_victims`, `waiting_for_victims`, `preempted_by`: preemption's words (the preemptor's reason
+  to wait, the victim's message).
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ __all__ = [
     "filled_up",
     "insufficient",
     "multi_node_needs",
+    "no_victims",
     "not_ready",
     "over_pending_limit",
+    "preempted_by",
     "queued_behind",
     "quota_exceeded",
     "quota_violation",
@@ -40,6 +44,7 @@ __all__ = [
     "type_not_allowed",
     "unknown_scaling_group",
     "waiting_for_dependencies",
+    "waiting_for_victims",
 ]
 
 
@@ -53,6 +58,7 @@ class AgentRefusal(enum.StrEnum):
     UNSCHEDULABLE = "not schedulable"
     IMAGE_NOT_OFFERED = "image not offered"
     AT_KERNEL_LIMIT = "at kernel limit"
+    HELD = "room held for a preempting session"
 
 
 def not_ready(status: str) -> str:
@@ -155,3 +161,26 @@ def filled_up(agents: Iterable[str]) -> str:
 
 
 PLACED_MEANWHILE = "placed meanwhile by another scheduler"
+
+
+# -- preemption -------------------------------------------------------------------------------
+
+
+def no_victims(reason: str) -> str:
+    """Preemption is on, but evicting lower-priority sessions would not make the session fit."""
+    return f"{reason}; no lower-priority preemptible sessions would free enough room"
+
+
+def waiting_for_victims(victims: Iterable[uuid.UUID], agents: Iterable[str]) -> str:
+    """A nominated preemptor waits for its victims to end on its agents."""
+    where = sorted(set(agents))
+    noun = "agent" if len(where) == 1 else "agents"
+    return (
+        f"waiting for preempted sessions {', '.join(str(v) for v in victims)} "
+        f"to end on {noun} {', '.join(where)}"
+    )
+
+
+def preempted_by(preemptor: uuid.UUID, priority: int) -> str:
+    """A victim's message."""
+    return f"preempted by session {preemptor} (priority {priority})"

@@ -3,15 +3,23 @@
 A `ScalingGroupSnapshot` holds one group's agents and settings; the `Tenancy` it points to is
 shared by every group of the cycle (quotas are cluster-wide). Planning is pure over these; each
 placement is charged to them so that the next session of the same cycle sees what it took.
+
+Preemption adds three things: the group's RUNNING preemptible sessions (`candidates`, read only
+when its mode is not off), the nominations in force (`nominations`), and on each agent the room
+held for a nominee (`AgentSnapshot.held`): a session of lower or equal priority than a nominee
+sees that room as taken. A hold counts only the part of the nominee's need that its victims do
+not still occupy (their live kernels already fill it), so nothing is counted twice.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from sokovan.common.preemption import PreemptionSettings
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus
 from sokovan.state.quota import Quota
@@ -29,6 +37,8 @@ class AgentSnapshot:
     max_kernels: int | None
     images: frozenset[str]
     free: ResourceSlots = field(init=False)
+    # room held for nominated preemptors (see the module's docstring)
+    held: list[Hold] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.free = self.available - self.occupied
@@ -38,14 +48,74 @@ class AgentSnapshot:
         self.free = self.available - self.occupied
         self.kernel_count += kernels
 
-    def can_take(self, image: str, slots: ResourceSlots, kernels: int) -> bool:
+    def room_for(self, priority: int | None, session_id: uuid.UUID | None) -> tuple[ResourceSlots, int]:
+        """(free slots, kernel count) as a session of `priority` sees them: the room held for
+        nominees of higher or equal priority (other than itself) is not free to it."""
+        if not self.held or priority is None:
+            return self.free, self.kernel_count
+        free, count = self.free, self.kernel_count
+        for hold in self.held:
+            if hold.priority >= priority and hold.session_id != session_id:
+                free = free - hold.slots
+                count += hold.kernels
+        return free, count
+
+    def release(self, session_id: uuid.UUID) -> None:
+        """The nominee was placed: its own kernels now hold what was held for it."""
+        self.held = [h for h in self.held if h.session_id != session_id]
+
+    def can_take(
+        self,
+        image: str,
+        slots: ResourceSlots,
+        kernels: int,
+        priority: int | None = None,
+        session_id: uuid.UUID | None = None,
+    ) -> bool:
         """The fast yes/no of `pipeline.why_not` (same rules, no reason)."""
         if self.status != AgentStatus.READY or not self.schedulable or image not in self.images:
             return False
-        if self.max_kernels is not None and self.kernel_count + kernels > self.max_kernels:
+        free, count = self.room_for(priority, session_id)
+        if self.max_kernels is not None and count + kernels > self.max_kernels:
             return False
-        free = self.free
         return all(amount <= 0 or amount <= free.get(name, _ZERO) for name, amount in slots.items())
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Room on one agent held for the nominee `session_id` of `priority`."""
+
+    session_id: uuid.UUID
+    priority: int
+    slots: ResourceSlots
+    kernels: int
+
+
+@dataclass(frozen=True)
+class VictimKernel:
+    agent_id: str
+    slots: ResourceSlots
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A RUNNING session of the group that preemption might evict, and where its kernels hold room."""
+
+    id: uuid.UUID
+    priority: int
+    preemptible: bool
+    created_at: dt.datetime
+    kernels: tuple[VictimKernel, ...]
+
+
+@dataclass(frozen=True)
+class Nomination:
+    """A preemptor's nomination in force: its agents (one per kernel, in cluster order) and its victims."""
+
+    session_id: uuid.UUID
+    priority: int
+    agents: tuple[str, ...]
+    victims: tuple[uuid.UUID, ...]
 
 
 _ZERO = Decimal(0)
@@ -97,6 +167,13 @@ class ScalingGroupSnapshot:
     user_allocated: dict[uuid.UUID, ResourceSlots] = field(default_factory=lambda: defaultdict(ResourceSlots))
     # 1-based position of each pending session among its keypair's pending sessions, oldest first
     pending_rank: dict[uuid.UUID, int] = field(default_factory=dict)
+    # preemption: the group's settings, its RUNNING sessions (read when the mode is not off), the
+    # nominations in force (nominee id → nomination), the victims chosen during this plan
+    preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
+    candidates: list[Candidate] = field(default_factory=list)
+    nominations: dict[uuid.UUID, Nomination] = field(default_factory=dict)
+    taken: set[uuid.UUID] = field(default_factory=set)
+    now: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
 
     @property
     def capacity(self) -> ResourceSlots:
@@ -115,9 +192,27 @@ class Placement:
     slots_per_kernel: ResourceSlots
 
 
+@dataclass(frozen=True)
+class Preemption:
+    """A preemptor, the victims whose release makes it fit, and its agents (one per kernel)."""
+
+    session_id: uuid.UUID
+    priority: int
+    victims: tuple[uuid.UUID, ...]
+    agents: tuple[str, ...]
+    # victim id → the agents where it frees room for the preemptor (for its event)
+    victim_agents: dict[uuid.UUID, tuple[str, ...]] = field(default_factory=dict)
+
+
 @dataclass
 class Plan:
     placements: list[Placement] = field(default_factory=list)
+    # sessions that fit only by evicting lower-priority ones: they stay PENDING, nominated
+    preemptions: list[Preemption] = field(default_factory=list)
+    # sessions whose nomination lapsed (its keys are to be cleared)
+    lapsed: set[uuid.UUID] = field(default_factory=set)
+    # a preemptor's reason to wait should its eviction be abandoned (a victim moved on meanwhile)
+    waiting_if_abandoned: dict[uuid.UUID, str] = field(default_factory=dict)
     # session id → why it waits
     waiting: dict[uuid.UUID, str] = field(default_factory=dict)
     # session id → (cause, message): it can never be placed

@@ -1,7 +1,8 @@
 """The durable retry engine of native session retry: a lane that decides, waits and creates child sessions.
 
 Each cycle, under its own cluster-wide lock:
-1. **decide** — every batch session that ended in failure and has no decision yet gets one,
+1. **decide** — every batch session that ended in failure (or was preempted, under the group's
+   `terminate` mode) and has no decision yet gets one,
    written on the session itself (`status_info.retry`) with a guarded update: `scheduled` (with
    `due_at`), `exhausted` or `ineligible`. The effective policy is the session's merged over the
    project, domain and cluster defaults; the cluster kill switch makes every decision ineligible;
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import structlog
-from sqlalchemy import Row, select, text
+from sqlalchemy import Row, and_, or_, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -29,7 +30,7 @@ from sokovan.bus.hints import Hint
 from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
 from sokovan.common.metrics import RETRY_EXHAUSTED, RETRY_SCHEDULED, RETRY_SUCCEEDED
 from sokovan.common.retry_policy import RetryPolicy
-from sokovan.common.types import KernelStatus, SessionResult, SessionStatus
+from sokovan.common.types import FailureCause, KernelStatus, SessionResult, SessionStatus
 from sokovan.config.cluster import ClusterConfig
 from sokovan.db.models import AuditLog, Domain, Kernel, Project, Session, SessionDependency
 from sokovan.orchestrator.locks import CycleLock, run_exclusive
@@ -61,6 +62,18 @@ _COUNT_SUCCESSES = text(
     ' SET status_info = status_info || \'{"retry": {"decision": "succeeded"}}\''
     " WHERE status = :terminated AND result = :success AND retry_count > 0"
     " AND NOT (status_info ? 'retry') RETURNING id"
+)
+
+
+# The sessions a decision is taken for: those that failed (ERROR, CANCELLED) and the preempted
+# (TERMINATED with no result and cause PREEMPTED). A user's terminate (TERMINATED, no result,
+# USER_CANCELLED) is never read: it is not retried.
+_ENDED_BADLY = or_(
+    Session.status.in_([SessionStatus.ERROR.value, SessionStatus.CANCELLED.value]),
+    and_(
+        Session.status == SessionStatus.TERMINATED.value,
+        Session.status_info["cause"].astext == FailureCause.PREEMPTED.value,
+    ),
 )
 
 
@@ -103,10 +116,7 @@ class RetryCoordinator:
                     )
                     .join(Project, Project.id == Session.project_id)
                     .join(Domain, Domain.name == Session.domain_name)
-                    .where(
-                        Session.status.in_([SessionStatus.ERROR.value, SessionStatus.CANCELLED.value]),
-                        ~Session.status_info.has_key("retry"),
-                    )
+                    .where(_ENDED_BADLY, ~Session.status_info.has_key("retry"))
                     .limit(BATCH)
                 )
             ).all()
@@ -221,6 +231,7 @@ class RetryCoordinator:
                 cluster_size=parent.cluster_size,
                 cluster_mode=parent.cluster_mode,
                 priority=parent.priority,
+                preemptible=parent.preemptible,
                 status=SessionStatus.PENDING.value,
                 status_info={},
                 parent_session_id=parent.id,

@@ -90,9 +90,10 @@ def classify_failure(
     """What ended a session, or None when it did not fail.
 
     - not terminal yet, or TERMINATED with result SUCCESS: None;
-    - TERMINATED otherwise: only a terminate request ends a session there without SUCCESS, so
-      the cause is `status_info.cause`, USER_CANCELLED when it is missing (never UNKNOWN: that
-      would bring back a session its user stopped);
+    - TERMINATED otherwise: only a terminate request or a preemption ends a session there
+      without SUCCESS, so the cause is `status_info.cause` (PREEMPTED for a preemption),
+      USER_CANCELLED when it is missing (never UNKNOWN: that would bring back a session its
+      user stopped);
     - ERROR or CANCELLED: `status_info.cause`, UNKNOWN when missing or not a known cause.
 
     The caller sees USER_CANCELLED & co. and, through `is_eligible`, does not retry them.

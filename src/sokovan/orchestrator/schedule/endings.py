@@ -1,5 +1,6 @@
 """How a session ends, decided in one place from the cause it carries (the contract's
-rule: no cause is a success, the user's request is no failure, any other cause is one)."""
+rule: no cause is a success, the user's request or a preemption is no failure, any other cause
+is one)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ from sokovan.state.status_info import SessionStatusInfo
 
 
 def final_status(status_info: SessionStatusInfo) -> tuple[SessionStatus, SessionResult | None]:
-    """No cause → TERMINATED/SUCCESS; a user's request → TERMINATED with no result; any other
-    cause → ERROR/FAILURE."""
+    """No cause → TERMINATED/SUCCESS; a user's request or a preemption → TERMINATED with no
+    result; any other cause → ERROR/FAILURE."""
     cause = status_info.get("cause")
     if cause is None:
         return SessionStatus.TERMINATED, SessionResult.SUCCESS
-    if cause == FailureCause.USER_CANCELLED:
+    if cause in (FailureCause.USER_CANCELLED, FailureCause.PREEMPTED):
         return SessionStatus.TERMINATED, None
     return SessionStatus.ERROR, SessionResult.FAILURE
 

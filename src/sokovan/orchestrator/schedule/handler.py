@@ -42,10 +42,15 @@ SessionResultT = HandlerResult[SessionStatusInfo]
 
 @dataclass(frozen=True)
 class TransitionStatus:
-    """Where an outcome takes the session and its kernels; None keeps that entity's status."""
+    """Where an outcome takes the session and its kernels; None keeps that entity's status.
+
+    `drop_info` removes status_info keys; `replace_kernels` gives the session new PENDING kernels
+    in place of its ended ones (a requeued preemption victim: the one way back from TERMINATING)."""
 
     session: SessionStatus | None = None
     kernel: KernelStatus | None = None
+    drop_info: frozenset[str] = frozenset()
+    replace_kernels: bool = False
 
 
 @dataclass(frozen=True)

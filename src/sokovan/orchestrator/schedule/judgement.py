@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from sokovan.common.types import FailureCause, KernelStatus, SchedulingResult, SessionResult, SessionStatus
-from sokovan.config.cluster import ClusterConfig
+from sokovan.config.cluster import ClusterConfig, Phase
 from sokovan.orchestrator.classify import Limits, PhaseState, classify, is_expired
 from sokovan.orchestrator.schedule.endings import cancelled_result, final_status
 from sokovan.orchestrator.schedule.handler import SessionHandler, SessionResultT, TransitionStatus
+from sokovan.orchestrator.schedule.kill_grace import kill_grace, terminate_timeout
 from sokovan.state.session_reads import SessionWithKernels
 from sokovan.state.session_writes import SessionTransition
 from sokovan.state.status_info import SessionStatusInfo
@@ -89,11 +90,14 @@ def judge(
 
 
 def _limits(handler: SessionHandler, session: SessionWithKernels, config: ClusterConfig) -> Limits:
-    """The phase's limits; a PENDING session waits as long as its scaling group's pending_timeout."""
+    """The phase's limits; a PENDING session waits as long as its scaling group's pending_timeout,
+    a TERMINATING one with a kill grace (a preemption victim) at least its grace + 30 s."""
     if handler.phase is None:
         return Limits()
     limit = config.phases.get(handler.phase)
     timeout = session.pending_timeout if session.status == SessionStatus.PENDING else limit.timeout
+    if handler.phase == Phase.TERMINATE:
+        timeout = terminate_timeout(timeout, kill_grace(session.status_info))
     return Limits(max_tries=limit.max_tries, timeout=timeout)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 
@@ -9,12 +10,23 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.bus.hints import Hint
 from sokovan.common.metrics import SESSION_TRANSITIONS
+from sokovan.common.types import SchedulingResult
 from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.schedule.handler import SessionHandler, SessionResultT
 from sokovan.orchestrator.schedule.judgement import judge, phase_timeout
 from sokovan.orchestrator.spine.coordinator import Applied
 from sokovan.state.session_reads import PlacementWindow, SessionWithKernels, fetch_sessions
 from sokovan.state.session_writes import SessionTransition, apply_session_transitions
+
+
+def _table_extras(handler: SessionHandler, change: SessionTransition) -> SessionTransition:
+    """A success carries what its table entry says besides statuses (keys dropped, kernels replaced)."""
+    to = handler.transitions.success
+    if change.result is not SchedulingResult.SUCCESS or to is None:
+        return change
+    if not (to.drop_info or to.replace_kernels):
+        return change
+    return dataclasses.replace(change, drop_info=to.drop_info, replace_kernels=to.replace_kernels)
 
 
 class SessionKind:
@@ -55,7 +67,7 @@ class SessionKind:
         rows: Sequence[SessionWithKernels],
         now: dt.datetime,
     ) -> list[SessionTransition]:
-        return judge(handler, result, rows, self._config, now)
+        return [_table_extras(handler, t) for t in judge(handler, result, rows, self._config, now)]
 
     async def write(self, conn: AsyncConnection, changes: Sequence[SessionTransition]) -> Applied:
         applied = await apply_session_transitions(conn, changes)

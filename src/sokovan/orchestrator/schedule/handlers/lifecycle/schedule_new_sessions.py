@@ -1,22 +1,31 @@
 """PENDING → SCHEDULED: place waiting sessions on agents through the provisioner.
 
 It reads through the fair placement window (`placement_window`): a bounded share of each owner's
-pending sessions per scaling group, and none blocked on a dependency that has not ended."""
+pending sessions per scaling group, and none blocked on a dependency that has not ended.
+
+Preemption decisions of the plan are written in the same transaction as its placements
+(`evictions.evict`: victims → TERMINATING, the preemptor nominated, all or nothing); after the
+commit the victims' events are published, counted, and the lanes hinted (the end lane stops them).
+A preemptor whose decision was written is not reported (its reason is written with it)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
+from sokovan.common.metrics import PREEMPTIONS, SESSION_TRANSITIONS
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.config.cluster import Phase
 from sokovan.orchestrator.provisioner import registry
 from sokovan.orchestrator.provisioner.allocator import RepositoryAllocator
 from sokovan.orchestrator.provisioner.build import provisioner_for
 from sokovan.orchestrator.provisioner.loader import load_snapshots
+from sokovan.orchestrator.provisioner.snapshot import Plan, ScalingGroupSnapshot
+from sokovan.orchestrator.schedule.evictions import evict, lapse, preempted_events
 from sokovan.orchestrator.schedule.handler import (
     KernelCondition,
     SessionHandler,
@@ -41,9 +50,17 @@ class ScheduleNewSessions(SessionHandler):
         give_up=TransitionStatus(SessionStatus.CANCELLED, KernelStatus.CANCELLED),
     )
 
-    def __init__(self, engine: AsyncEngine, allocator: RepositoryAllocator | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        allocator: RepositoryAllocator | None = None,
+        events: UserEventPublisher | None = None,
+        wake: Callable[[], None] | None = None,
+    ) -> None:
         self._engine = engine
         self._allocator = allocator or RepositoryAllocator()
+        self._events = events
+        self._wake = wake or (lambda: None)
 
     async def execute(self, targets: Sequence[SessionWithKernels]) -> SessionResultT:
         result = SessionResultT()
@@ -55,6 +72,7 @@ class ScheduleNewSessions(SessionHandler):
                 by_sg[session.scaling_group].append(session)
         if not by_sg:
             return result
+        events: list[UserEvent] = []
         async with self._engine.begin() as conn:
             snapshots = await load_snapshots(conn, [s for group in by_sg.values() for s in group])
             for sg_name, sessions in by_sg.items():
@@ -77,4 +95,29 @@ class ScheduleNewSessions(SessionHandler):
                 result.skipped.update(conflicts)
                 for sid, (cause, message) in plan.rejected.items():
                     result.rejected[sid] = {"cause": cause, "message": message}
+                events += await self._preempt(conn, plan, snapshot, result)
+        if events:
+            victims = [e for e in events if e.name == "session.preempted"]
+            PREEMPTIONS.inc(len(victims))
+            SESSION_TRANSITIONS.labels(
+                from_status=SessionStatus.RUNNING.value, to_status=SessionStatus.TERMINATING.value
+            ).inc(len(victims))
+            log.info("schedule.preempted", victims=len(victims))
+            await publish(self._events, events)
+            self._wake()
         return result
+
+    async def _preempt(
+        self, conn: AsyncConnection, plan: Plan, snapshot: ScalingGroupSnapshot, result: SessionResultT
+    ) -> list[UserEvent]:
+        """Write the plan's preemption decisions and lapses; the events to publish after commit."""
+        events: list[UserEvent] = []
+        for preemption in plan.preemptions:
+            applied = await evict(conn, preemption, snapshot.preemption, snapshot.now, self.name)
+            if applied is None:  # a victim moved on: no preemption this cycle, it waits as it was
+                result.skipped[preemption.session_id] = plan.waiting_if_abandoned[preemption.session_id]
+                continue
+            events += [e for e in applied.events() if e.session_id != str(preemption.session_id)]
+            events += preempted_events(preemption, applied)
+        await lapse(conn, sorted(plan.lapsed), self.name)
+        return events

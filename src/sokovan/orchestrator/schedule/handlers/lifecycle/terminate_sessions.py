@@ -4,11 +4,16 @@ Kernels move to TERMINATING when asked; the agents' terminated events end them a
 PromoteToTerminated ends the session. A session whose kernels were all asked already is
 skipped (it waits for the agents); past the terminate timeout the coordinator forces it to
 its end. Handlers never decide the final status: `endings.final_status` does.
+
+A preemption victim carries its `kill_grace` (`kill_grace`): its kernels are destroyed with that
+grace (SIGTERM, SIGKILL after it; one destroy call per agent and grace), its straggler SIGKILL
+waits until the grace has passed, and its TERMINATE timeout outlasts the grace (`judgement`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from sokovan.common.rpc import AgentRPCClient
@@ -22,6 +27,7 @@ from sokovan.orchestrator.schedule.handler import (
     StatusTransitions,
     TransitionStatus,
 )
+from sokovan.orchestrator.schedule.kill_grace import force_after, kill_grace
 from sokovan.state.session_reads import SessionWithKernels
 
 _TO_DESTROY = KernelStatus.non_terminal() - {KernelStatus.TERMINATING}
@@ -49,8 +55,14 @@ class TerminateSessions(SessionHandler):
 
         async def call(target: Target, items: Items) -> object:
             agent_id, addr = target
-            forced = any(bool(s.status_info.get("forced")) for s, _ in items)
-            return await self._rpc.destroy_kernels(addr, [str(k.id) for _, k in items], forced, agent_id)
+            by_grace: dict[float | None, Items] = defaultdict(list)
+            for session, kernel in items:
+                by_grace[kill_grace(session.status_info)].append((session, kernel))
+            for grace, group in by_grace.items():
+                forced = any(bool(s.status_info.get("forced")) for s, _ in group)
+                kernel_ids = [str(k.id) for _, k in group]
+                await self._rpc.destroy_kernels(addr, kernel_ids, forced, agent_id, grace=grace)
+            return None
 
         result = await fan_out(to_ask, lambda k: k.status in _TO_DESTROY and k.agent_id is not None, call)
         result.skipped.update(waiting)
@@ -58,9 +70,15 @@ class TerminateSessions(SessionHandler):
 
     async def _force_stragglers(self, waiting: Sequence[SessionWithKernels]) -> None:
         """Sessions whose agents have not confirmed for a while get a forced destroy (SIGKILL) again:
-        the first request may have been lost. Their status stays; the terminate timeout still rules."""
-        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=self._force_after())
-        late = [s for s in waiting if s.status_changed_at < cutoff]
+        the first request may have been lost. Their status stays; the terminate timeout still rules.
+        A session with a kill grace is not forced before its grace has passed."""
+        now, default = dt.datetime.now(dt.UTC), self._force_after()
+
+        def is_late(session: SessionWithKernels) -> bool:
+            wait = force_after(default, kill_grace(session.status_info))
+            return session.status_changed_at < now - dt.timedelta(seconds=wait)
+
+        late = [s for s in waiting if is_late(s)]
 
         async def call(target: Target, items: Items) -> object:
             agent_id, addr = target

@@ -7,8 +7,11 @@ cycle reads nothing) and checked again here on the rows read, so the two cannot 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime as dt
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from sqlalchemy import ColumnElement
 
 from sokovan.common.types import SessionStatus
 from sokovan.config.cluster import Phase
@@ -34,6 +37,8 @@ class Promotion:
     # A session that waits in one of these longer than `phase`'s timeout ends (TERMINATING).
     expires_in: frozenset[SessionStatus] = frozenset()
     phase: Phase | None = None
+    # An extra SQL condition on the sessions read (e.g. PromoteToTerminated leaves requeue victims alone).
+    where: Callable[[], ColumnElement[bool]] | None = None
 
 
 class PromoteSessions(SessionHandler):
@@ -50,6 +55,9 @@ class PromoteSessions(SessionHandler):
             expired=TransitionStatus(SessionStatus.TERMINATING) if spec.expires_in else None,
         )
         self._spec = spec
+
+    def narrow(self, now: dt.datetime) -> ColumnElement[bool] | None:
+        return self._spec.where() if self._spec.where is not None else None
 
     async def execute(self, targets: Sequence[SessionWithKernels]) -> SessionResultT:
         result = SessionResultT()

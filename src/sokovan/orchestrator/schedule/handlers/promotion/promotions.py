@@ -8,13 +8,15 @@
   after asking agents to start the kernels but before recording CREATING must not strand the session
   (a PREPARED session whose kernels were not started does not match: they are PREPARED).
 - DetectTermination: RUNNING → TERMINATING as soon as any kernel has ended, with a failed kernel's cause.
-- PromoteToTerminated: once no kernel is left alive; the cause decides TERMINATED or ERROR.
+- PromoteToTerminated: once no kernel is left alive; the cause decides TERMINATED or ERROR. A
+  preemption victim of a `requeue` group is not ended: RequeuePreempted sends it back to PENDING.
 """
 
 from __future__ import annotations
 
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.config.cluster import Phase
+from sokovan.orchestrator.schedule.evictions import requeue_victim
 from sokovan.orchestrator.schedule.handler import KernelCondition
 from sokovan.orchestrator.schedule.handlers.promotion.promote_sessions import Promotion
 from sokovan.state.session_reads import KernelMatchType
@@ -59,6 +61,7 @@ PROMOTE_TO_TERMINATED = Promotion(
     targets=frozenset({S.TERMINATING}),
     kernels=KernelCondition(K.non_terminal(), NOT_ANY),
     to=S.TERMINATED,
+    where=lambda: ~requeue_victim(),
 )
 
 PROMOTIONS = (
