@@ -271,6 +271,20 @@ async def test_requeue_returns_the_victims_to_pending_and_runs_them_again(group:
         assert again["status_info"].get("preempted_count") == 1
 
 
+async def test_a_requeue_victim_terminated_by_its_user_ends_instead(group: Group) -> None:
+    await group.start_agent()
+    await _with_preemption(group, "requeue", 3)
+    (victim,) = await _fill(group, 1, cpu=4, command=IGNORES_TERM)
+    preemptor = await group.create(4, 50)
+    await group.wait(victim, lambda s: s["status"] == "TERMINATING", "TERMINATING")
+    await group.ok("DELETE", f"/v2/sessions/{victim}", status=202)
+    done = await group.ended(victim, within=30)
+    assert (done["status"], done["result"]) == ("TERMINATED", None), outcome(done)
+    assert done["status_info"]["cause"] == "USER_CANCELLED", done["status_info"]
+    await group.running(preemptor)
+    assert (await group.session(victim))["status"] == "TERMINATED", "requeued although its user ended it"
+
+
 async def _never(group: Group, preemptor: str, victims: list[str], before: float) -> None:
     """For QUIET seconds: the preemptor PENDING with a reason, every victim RUNNING, no preemption."""
     deadline = time.monotonic() + QUIET

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.bus.hints import Hint
 from sokovan.bus.user_events import UserEventPublisher, publish
+from sokovan.common.preemption import PREEMPT_MODE, PreemptionMode
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import (
     FailureCause,
@@ -334,6 +335,21 @@ def _terminate_transition(
             session_result=None,
             message="terminate requested by user" + (" (forced)" if forced else ""),
         )
+    if status == SessionStatus.TERMINATING and _requeue_victim(info):
+        # a preemption victim on its way back to PENDING: the user's terminate ends it instead
+        return SessionTransition(
+            session_id=session_id,
+            expected=frozenset({SessionStatus.TERMINATING}),
+            to_status=None,
+            handler=TERMINATE_HANDLER,
+            result=SchedulingResult.SUCCESS,
+            status_info={
+                "cause": FailureCause.USER_CANCELLED.value,
+                "message": "terminated by user",
+                "forced": forced or bool(info.get("forced")),
+            },
+            message="terminate requested by user while requeued by preemption",
+        )
     if status == SessionStatus.TERMINATING and forced and not info.get("forced"):
         return SessionTransition(
             session_id=session_id,
@@ -345,3 +361,10 @@ def _terminate_transition(
             message="forced termination requested by user",
         )
     return None
+
+
+def _requeue_victim(info: dict[str, Any]) -> bool:
+    """A preemption victim that will return to PENDING once its kernels ended."""
+    return (
+        info.get("cause") == FailureCause.PREEMPTED.value and info.get(PREEMPT_MODE) == PreemptionMode.REQUEUE
+    )
