@@ -121,11 +121,13 @@ class RetentionSettings(_Strict):
 
 
 class PlacementWindowSettings(_Strict):
-    """The placement lane's read: at most `limit` pending sessions a cycle, and at most `per_owner`
-    of them from one keypair in one scaling group, so no owner's queue hides another's."""
+    """The placement lane's read: at most `limit` pending sessions a cycle, owners taken in turn (so
+    no owner's queue hides another's), and at most `per_owner` of them from one keypair in one
+    scaling group (by default no cap below `limit`: the turns already make it fair, and a lower cap
+    would only slow an owner who is alone in the queue)."""
 
     limit: int = Field(5000, ge=1, le=100000)
-    per_owner: int = Field(500, ge=1, le=100000)
+    per_owner: int = Field(5000, ge=1, le=100000)
 
 
 # section → the type its JSON value must validate as; the live attribute is the last path part.

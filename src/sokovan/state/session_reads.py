@@ -38,7 +38,7 @@ class PlacementWindow:
     (scaling group, keypair)."""
 
     limit: int = BATCH_LIMIT
-    per_owner: int = 500
+    per_owner: int = BATCH_LIMIT
 
 
 @dataclass(frozen=True)
