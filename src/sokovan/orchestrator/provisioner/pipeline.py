@@ -119,8 +119,8 @@ class Provisioner:
                 continue
             plan.placements.append(placement)
             snapshot.charge(session)
-            for agent in snapshot.agents:
-                if agent.held:
+            if session.id in snapshot.nominations:  # only a nominee has room held for it
+                for agent in snapshot.agents:
                     agent.release(session.id)
         plan.roundrobin_cursor = snapshot.roundrobin_cursor
         return plan
