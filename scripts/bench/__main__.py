@@ -1,14 +1,15 @@
 """`make bench`: placement and start-up throughput of a real manager against a hollow fleet.
 
 Sizes come from the environment: BENCH_AGENTS (1000), BENCH_SESSIONS (10000), BENCH_CONCURRENCY
-(64), BENCH_STEADY_RATE (200), BENCH_STEADY_SECONDS (15), BENCH_MANAGER_WORKERS (2: one manager
+(64), BENCH_STEADY_RATE (200), BENCH_STEADY_SECONDS (15), BENCH_LOW_RATE (20: a second, light
+steady run; 0 skips it), BENCH_MANAGER_WORKERS (2: one manager
 process per core), BENCH_REPEAT (3 rounds, each on a fresh cluster; medians are reported),
 BENCH_CYCLE (1: also time single cycles), BENCH_DEPLOYMENTS (200; 0 skips the deployments phase),
 BENCH_REPLICAS (5 per deployment), BENCH_NODE_FAILURE (100 of the agents killed at once after the
 burst; 0 skips the node-failure phase). Prints one JSON document and writes it to .dev/bench/result.json.
 
-Each round: a steady run, then (on the emptied cluster, with an app proxy) the deployments phase of
-scripts/bench/deployments.py, then the burst, then (with every burst session RUNNING) the
+Each round: a steady run (and a light one), then (on the emptied cluster, with an app proxy) the
+deployments phase of scripts/bench/deployments.py, then the burst, then (with every burst session RUNNING) the
 node-failure phase of scripts/bench/node_failure.py.
 """
 
@@ -43,6 +44,7 @@ async def one_round(
     deployments: tuple[int, int],
     number: int,
     doomed: int,
+    low_rate: int = 20,
 ) -> dict[str, Any]:
     """A fresh database, manager and fleet; a steady run, the deployments phase, then a burst."""
     out: dict[str, Any] = {}
@@ -56,6 +58,12 @@ async def one_round(
         m = await milestones(cluster.engine, ids)
         out["steady_create_to_running_p50_ms"] = m["create_to_running_p50_ms"]
         out["steady_create_to_running_p99_ms"] = m["create_to_running_p99_ms"]
+        if low_rate > 0:
+            ids = await steady(cluster.api, cluster.token, low_rate, steady_s, "sleep 1")
+            await wait_until(cluster.engine, ids, ("TERMINATED",), within=300)
+            m = await milestones(cluster.engine, ids)
+            out["low_rate_create_to_running_p50_ms"] = m["create_to_running_p50_ms"]
+            out["low_rate_create_to_running_p99_ms"] = m["create_to_running_p99_ms"]
         count, replicas = deployments
         if count > 0:
             out.update(await deployments_phase(cluster, count, replicas, f"r{number}"))
@@ -64,6 +72,7 @@ async def one_round(
         # the pace of the REST clients.
         await hold_agents(cluster.engine, held=True)
         load = await burst(cluster.api, cluster.token, sessions, concurrency, "sleep 3600")
+        rss = cluster.manager_rss_mib()  # every session PENDING, every agent registered
         released = await hold_agents(cluster.engine, held=False)
         await cluster.hint()
         await wait_until(cluster.engine, load["ids"], ("RUNNING",), within=900)
@@ -75,6 +84,7 @@ async def one_round(
             placed_per_s=m["placed_per_s"],
             running_per_s=m["running_per_s"],
             all_running_after_release_s=m["all_running_after_s"],
+            manager_rss_mib_max_worker=max(rss, default=float("nan")),
         )
         if cluster.doomed is not None:
             out.update(await node_failure_phase(cluster.engine, cluster.doomed))
@@ -93,6 +103,7 @@ async def main() -> dict[str, Any]:
     repeat = env_int("BENCH_REPEAT", 3)
     deployments = (env_int("BENCH_DEPLOYMENTS", 200), env_int("BENCH_REPLICAS", 5))
     doomed = env_int("BENCH_NODE_FAILURE", 100)
+    low_rate = env_int("BENCH_LOW_RATE", 20)
     result: dict[str, Any] = {
         "machine": {
             "cpus": os.cpu_count(),
@@ -103,13 +114,16 @@ async def main() -> dict[str, Any]:
         "sessions": sessions,
         "concurrency": concurrency,
         "steady_rate_per_s": rate,
+        "low_rate_per_s": low_rate,
         "manager_workers": workers,
         "rounds": repeat,
         "deployments": {"count": deployments[0], "replicas": deployments[1], "health_check": HEALTH},
         "node_failure": {"killed_agents": doomed, "timings": TIMINGS, "retry_default": RETRY_DEFAULT},
     }
     rounds = [
-        await one_round(agents, sessions, concurrency, rate, steady_s, workers, deployments, n, doomed)
+        await one_round(
+            agents, sessions, concurrency, rate, steady_s, workers, deployments, n, doomed, low_rate
+        )
         for n in range(repeat)
     ]
     result["median"] = {k: round(statistics.median(r[k] for r in rounds), 1) for k in rounds[0]}

@@ -83,6 +83,28 @@ class BenchCluster:
         except HarnessError as exc:
             raise RuntimeError(f"cluster did not come up; see {self.logdir}: {exc}") from exc
 
+    def manager_rss_mib(self) -> list[float]:
+        """Resident memory of each manager worker process (MiB): the manager and its children."""
+        proc = self.cluster.manager.proc
+        if proc is None:
+            return []
+        pids = [proc.pid]
+        try:
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        except OSError:
+            children = []
+        pids += [int(c) for c in children]
+        out = []
+        for pid in pids:
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmRSS:"):
+                    out.append(round(int(line.split()[1]) / 1024, 1))
+        return out
+
     async def hint(self) -> None:
         """Wake the manager's schedule loop at once (what a create or an agent event does)."""
         client = aioredis.Redis.from_url(self.env.get("SOKOVAN_REDIS_URL", "redis://127.0.0.1:6379/0"))

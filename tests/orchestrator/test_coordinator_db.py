@@ -6,14 +6,14 @@ import asyncio
 import datetime as dt
 import uuid
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.types import KernelStatus, SchedulingResult, SessionStatus
 from sokovan.config.cluster import ClusterConfig
 from sokovan.db.models import Kernel, Session, SessionSchedulingHistory
-from sokovan.orchestrator.locks import CycleLock
+from sokovan.orchestrator.locks import CycleLock, lock_key
 from sokovan.orchestrator.orchestrator import session_handlers
 from sokovan.orchestrator.schedule.coordinator import ScheduleCoordinator
 from sokovan.orchestrator.schedule.handlers.lifecycle.schedule_new_sessions import ScheduleNewSessions
@@ -111,12 +111,46 @@ async def test_concurrent_schedulers_never_over_allocate_an_agent(engine: AsyncE
 
 
 async def test_cycle_lock_lets_one_manager_cycle_at_a_time(engine: AsyncEngine) -> None:
-    lock = CycleLock(engine)
-    async with lock.hold("schedule") as first:
-        async with lock.hold("schedule") as second:
+    """Two managers: the first to ask holds the lane, and keeps it between cycles (no round trip
+    per cycle); the other skips it until the holder lets go (stops, or its connection dies)."""
+    one, other = CycleLock(engine, retry_after=0), CycleLock(engine, retry_after=0)
+    try:
+        async with one.hold("schedule") as first, other.hold("schedule") as second:
             assert (first, second) == (True, False)
-    async with lock.hold("schedule") as again:
-        assert again
+        async with other.hold("schedule") as still_not:
+            assert not still_not
+        assert one.holds("schedule") and not other.holds("schedule")
+        await one.release_all()
+        async with other.hold("schedule") as taken_over:
+            assert taken_over
+    finally:
+        await one.release_all()
+        await other.release_all()
+
+
+async def test_a_lost_lock_connection_gives_the_lanes_up(engine: AsyncEngine) -> None:
+    one, other = CycleLock(engine, retry_after=0), CycleLock(engine, retry_after=0)
+    try:
+        assert await one.acquire("schedule.place")
+        async with engine.connect() as admin:  # PostgreSQL drops the holder's connection
+            await admin.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_locks "
+                    "WHERE locktype = 'advisory' AND objid::bigint = :low AND granted"
+                ),
+                {"low": lock_key("schedule.place") & 0xFFFFFFFF},
+            )
+        for _ in range(50):  # the server's goodbye reaches the client asynchronously
+            if await other.acquire("schedule.place"):
+                break
+            await asyncio.sleep(0.05)
+        assert other.holds("schedule.place")
+        await asyncio.sleep(0.2)  # the holder's client reads the server's goodbye
+        assert not await one.acquire("schedule.place")  # noticed the loss, asked again: refused
+        assert not one.holds("schedule.place")
+    finally:
+        await one.release_all()
+        await other.release_all()
 
 
 async def test_promotions_follow_kernel_statuses_to_the_end(engine: AsyncEngine) -> None:

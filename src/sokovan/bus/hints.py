@@ -40,7 +40,8 @@ class HintPublisher:
         self._redis = redis
         self._channel = hint_channel(prefix)
 
-    async def hint(self, coordinator: Hint) -> None:
+    async def hint(self, coordinator: str) -> None:
+        """`coordinator`: a `Hint` (all its lanes) or one lane, `<coordinator>.<lane>`."""
         await self._redis.publish(self._channel, coordinator)
 
 

@@ -38,7 +38,6 @@ do not apply.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import click
@@ -54,6 +53,7 @@ from sokovan.agent.secret_file import (
 from sokovan.agent.signals import stop_on_agent_signals
 from sokovan.cli.agent_config import CLASSES, AgentFlags, build_config, build_hollow_config, pick, secret_of
 from sokovan.cli.common import config_option, load_or_exit
+from sokovan.common import eventloop
 from sokovan.common.settings import ConfigFileError, Settings, read_config_file
 
 
@@ -179,6 +179,7 @@ def agent(config: str | None, **options: Any) -> None:
     if count is not None:
         run_config = build_hollow_config(file_values, agent_config, flags, count)
     try:
-        asyncio.run(_serve(settings, run_config))
+        # the hollow fleet on uvloop; a real agent on asyncio's loop (it runs processes)
+        eventloop.run(_serve(settings, run_config), fast=isinstance(run_config, HollowConfig))
     except AgentStartError as exc:
         raise click.ClickException(str(exc)) from exc

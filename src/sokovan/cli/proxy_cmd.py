@@ -7,11 +7,10 @@ and `SOKOVAN_PROXY_PUBLIC_URL`. SIGINT and SIGTERM stop it cleanly.
 
 from __future__ import annotations
 
-import asyncio
-
 import click
 
 from sokovan.cli.common import config_option, load_with_secret
+from sokovan.common import eventloop
 from sokovan.common.lifecycle import stop_on_signals
 from sokovan.common.logging import setup_logging
 from sokovan.common.settings import Settings
@@ -64,6 +63,6 @@ def proxy(config: str | None, bind: str, public_url: str | None, probe_concurren
     from sokovan.proxy import ProxyStartError
 
     try:
-        asyncio.run(_serve(settings, host, port, public_url, probe_concurrency))
+        eventloop.run(_serve(settings, host, port, public_url, probe_concurrency))
     except ProxyStartError as exc:
         raise click.ClickException(str(exc)) from exc

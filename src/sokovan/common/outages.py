@@ -23,6 +23,7 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     redis_errors.BusyLoadingError,
     pg_errors.PostgresConnectionError,
     pg_errors.OperatorInterventionError,  # shutting down, cannot connect now
+    pg_errors.TooManyConnectionsError,  # the server takes no more clients for now
     pg_errors.InterfaceError,  # e.g. the connection was closed in the middle of an operation
     etcd_errors.ConnectionFailedError,
     etcd_errors.ConnectionTimeoutError,

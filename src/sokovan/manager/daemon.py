@@ -31,6 +31,7 @@ from sokovan.bus.hints import Hint, HintPublisher, listen_hints
 from sokovan.bus.routing import RoutingBus
 from sokovan.bus.streams import EventConsumer, consumer_backlog
 from sokovan.bus.user_events import UserEventPublisher
+from sokovan.common import eventloop
 from sokovan.common.lifecycle import stop_on_signals
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.settings import Settings
@@ -52,6 +53,17 @@ ETCD_TIMEOUT = 5  # seconds per etcd call
 
 class ManagerFailed(RuntimeError):
     """The manager cannot start, or stopped on an error: `str()` is the one line it exits with."""
+
+
+WORKER_ENV = "SOKOVAN_MANAGER_WORKER"  # "<index>/<count>", set by `serve` for its worker processes
+
+
+def worker_of(value: str | None) -> tuple[int, int]:
+    """(index, count) from `WORKER_ENV`; (0, 1) for a manager of one process or a bad value."""
+    index, _, count = (value or "").partition("/")
+    if index.isdigit() and count.isdigit() and 0 <= int(index) < int(count):
+        return int(index), int(count)
+    return 0, 1
 
 
 async def run_manager(
@@ -126,13 +138,15 @@ async def _serve_until_stopped(
         events,
         backlog=functools.partial(consumer_backlog, redis, settings.etcd_prefix),
         serving=Serving(RoutingBus(redis, settings.etcd_prefix, settings.cluster_secret), replicas),
+        publish=hints.hint,
+        worker=worker_of(os.environ.get(WORKER_ENV)),
     )
     consumer = EventConsumer(
         redis,
         settings.etcd_prefix,
         settings.cluster_secret,
         consumer=f"{socket.gethostname()}-{os.getpid()}",
-        handler=EventDispatcher(engine, hints, events),
+        handler=EventDispatcher(engine, hints, events, follow=orchestrator.follow_kernels),
     )
     runner = web.AppRunner(create_app(ctx, config), access_log=None)
     await runner.setup()
@@ -181,7 +195,11 @@ def serve(settings: Settings, workers: int = 1, reuse_port: bool = False) -> Non
     children: list[subprocess.Popen[bytes]] = []
     if workers > 1:
         args = [sys.executable, "-m", "sokovan", "manager", "--workers", "1", "--reuse-port"]
-        children = [subprocess.Popen(args) for _ in range(workers - 1)]
+        children = [
+            subprocess.Popen(args, env={**os.environ, WORKER_ENV: f"{i}/{workers}"})
+            for i in range(1, workers)
+        ]
+        os.environ[WORKER_ENV] = f"0/{workers}"
         reuse_port = True
 
     failed: list[str] = []
@@ -206,7 +224,7 @@ def serve(settings: Settings, workers: int = 1, reuse_port: bool = False) -> Non
             watcher.cancel()
 
     try:
-        asyncio.run(main())
+        eventloop.run(main())
         if failed:
             raise ManagerFailed(failed[0])
     finally:

@@ -1,6 +1,13 @@
-"""Routes a batch of agent events to their appliers and hints the coordinators that care."""
+"""Routes a batch of agent events to their appliers and hints the coordinators that care.
+
+With `follow` (the orchestrator's `follow_kernels`), the sessions whose kernels moved are promoted
+right after the events are applied (e.g. CREATING → RUNNING once the last kernel runs), and the
+lanes that picks up next are woken; without it, or when it fails, the schedule lanes are hinted
+and their promotion handlers do it on their next cycle."""
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -11,17 +18,26 @@ from sokovan.common.events import KERNEL_EVENT_TYPES, AgentEvent, AgentHeartbeat
 from sokovan.common.metrics import EVENTS_CONSUMED
 from sokovan.manager.repositories.agents import record_heartbeats
 from sokovan.state.kernel_events import KernelEvent, KernelEventApplier
+from sokovan.state.kernel_writes import KernelMove
 
 log = structlog.get_logger(__name__)
+
+Follow = Callable[[Sequence[KernelMove]], Awaitable[None]]
+PLACE = f"{Hint.SCHEDULE}.place"
 
 
 class EventDispatcher:
     def __init__(
-        self, engine: AsyncEngine, hints: HintPublisher, events: UserEventPublisher | None = None
+        self,
+        engine: AsyncEngine,
+        hints: HintPublisher,
+        events: UserEventPublisher | None = None,
+        follow: Follow | None = None,
     ) -> None:
         self._engine = engine
         self._hints = hints
         self._events = events
+        self._follow = follow
         self._kernels = KernelEventApplier(engine)
 
     async def __call__(self, events: list[AgentEvent]) -> None:
@@ -29,12 +45,12 @@ class EventDispatcher:
             EVENTS_CONSUMED.labels(name=event.name).inc()
         beats = [e for e in events if isinstance(e, AgentHeartbeat)]
         kernel_events: list[KernelEvent] = [e for e in events if isinstance(e, KERNEL_EVENT_TYPES)]
-        hint = False
+        hint: str | None = None
         if beats:
             recorded = await record_heartbeats(self._engine, beats)
             if recorded.ready:
                 log.info("agent.ready", agents=len(recorded.ready), first=recorded.ready[0])
-                hint = True  # new room: pending sessions may fit now
+                hint = PLACE  # new room: pending sessions may fit now
             await publish(self._events, recorded.events)
         for event in events:
             if isinstance(event, AgentStopping):
@@ -42,7 +58,18 @@ class EventDispatcher:
         if kernel_events:
             moved = await self._kernels.apply_many(kernel_events)
             if moved:
-                hint = True
                 await publish(self._events, [m.event() for m in moved])
-        if hint:
-            await self._hints.hint(Hint.SCHEDULE)
+                if not await self._followed(moved):
+                    hint = Hint.SCHEDULE
+        if hint is not None:
+            await self._hints.hint(hint)
+
+    async def _followed(self, moved: list[KernelMove]) -> bool:
+        if self._follow is None:
+            return False
+        try:
+            await self._follow(moved)
+        except Exception:  # the lanes' own promotion handlers will do it
+            log.warning("event.follow_failed", kernels=len(moved), exc_info=True)
+            return False
+        return True

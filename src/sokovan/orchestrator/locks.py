@@ -1,17 +1,39 @@
-"""Cluster-wide mutual exclusion for periodic work, so several managers act as one.
+"""Cluster-wide mutual exclusion for the coordinators' lanes, so several managers act as one.
 
-A PostgreSQL session-level advisory lock is held on a dedicated connection for the whole cycle;
-a manager that cannot take it skips that cycle (another one is doing the work).
+Each lane is guarded by a PostgreSQL session-level advisory lock. A manager keeps the locks it
+took (sticky ownership) on one dedicated connection, so a lane's cycles cost no lock round trip
+once it holds the lane: the hand-off from one lane to the next is a local wake-up, not a race for
+a lock. Another manager skips a lane it does not hold, and asks again for it at most every
+`retry_after` seconds (a round trip each): when the holder dies its connection closes, PostgreSQL
+releases its locks, and a survivor takes the lanes over within that time.
+
+With `mine` (the lanes this manager should hold: the workers of `sokovan manager --workers N`
+share the lanes out, so both cores orchestrate), a manager asks at once only for its own lanes,
+and for the others once `adopt_after` seconds have passed since it started: a lane whose worker
+is gone is taken over then.
+
+The lock connection is checked before each cycle (a connection PostgreSQL closed is noticed by
+asyncpg at once) and, every `verify_every` seconds, with a query: a lost connection drops every
+lock this manager believed it held, and the lanes are asked for again once PostgreSQL answers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import structlog
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+log = structlog.get_logger(__name__)
+
+RETRY_AFTER = 1.0
+VERIFY_EVERY = 5.0
+ADOPT_AFTER = 3.0
 
 
 def lock_key(name: str) -> int:
@@ -19,28 +41,111 @@ def lock_key(name: str) -> int:
 
 
 class CycleLock:
-    def __init__(self, engine: AsyncEngine) -> None:
+    """The advisory locks of one manager process (share one instance between its coordinators)."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        retry_after: float = RETRY_AFTER,
+        verify_every: float = VERIFY_EVERY,
+        mine: Callable[[str], bool] | None = None,
+        adopt_after: float = ADOPT_AFTER,
+    ) -> None:
         self._engine = engine
+        self._retry_after = retry_after
+        self._verify_every = verify_every
+        self._mine = mine
+        self._adopt_from = time.monotonic() + adopt_after
+        self._conn: AsyncConnection | None = None
+        self._io = asyncio.Lock()  # one statement at a time on the lock connection
+        self._held: set[str] = set()
+        self._refused: dict[str, float] = {}  # lane → when another manager last held it
+        self._verified = 0.0
+
+    def holds(self, name: str) -> bool:
+        """Whether this manager holds `name` (as far as it knows: a cycle re-checks)."""
+        return name in self._held
 
     @contextlib.asynccontextmanager
     async def hold(self, name: str) -> AsyncIterator[bool]:
-        key = lock_key(name)
-        async with self._engine.connect() as conn:
-            acquired = bool(
-                (await conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key})).scalar()
-            )
-            await conn.commit()
+        """True when this manager holds (or just took) the lock `name` for the cycle."""
+        yield await self.acquire(name)
+
+    async def acquire(self, name: str) -> bool:
+        async with self._io:
             try:
-                yield acquired
-            finally:
-                if acquired:
-                    await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-                    await conn.commit()
+                return await self._acquire(name)
+            except Exception:
+                await self._lost("lock connection failed")
+                raise
+
+    async def _acquire(self, name: str) -> bool:
+        conn = await self._connection()
+        now = time.monotonic()
+        if name in self._held:
+            if now - self._verified > self._verify_every:
+                await conn.execute(text("SELECT 1"))
+                self._verified = now
+            return True
+        if now - self._refused.get(name, -self._retry_after) < self._retry_after:
+            return False
+        if self._mine is not None and not self._mine(name) and now < self._adopt_from:
+            return False  # another worker's lane: its worker takes it first
+        acquired = bool(
+            (await conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": lock_key(name)})).scalar()
+        )
+        if acquired:
+            self._held.add(name)
+            self._refused.pop(name, None)
+            log.info("lane.acquired", lane=name)
+        else:
+            self._refused[name] = now
+        return acquired
+
+    async def _connection(self) -> AsyncConnection:
+        conn = self._conn
+        if conn is not None and not _closed(await conn.get_raw_connection()):
+            return conn
+        if conn is not None:
+            await self._lost("lock connection closed")
+        conn = await self._engine.connect()
+        self._conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        self._verified = time.monotonic()
+        return self._conn
+
+    async def _lost(self, why: str) -> None:
+        if self._held:
+            log.warning("lane.locks_lost", lanes=sorted(self._held), why=why)
+        self._held.clear()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.invalidate()
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    async def release_all(self) -> None:
+        """Give every lane up (a manager stopping): the others take them over at once."""
+        async with self._io:
+            self._held.clear()
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await conn.invalidate()  # never back into the pool with the locks on it
+                with contextlib.suppress(Exception):
+                    await conn.close()
+
+
+def _closed(raw: object) -> bool:
+    driver = getattr(raw, "driver_connection", None)
+    is_closed = getattr(driver, "is_closed", None)
+    return bool(is_closed()) if callable(is_closed) else False
 
 
 async def run_exclusive(lock: CycleLock | None, name: str, cycle: Callable[[], Awaitable[bool]]) -> bool:
-    """Run `cycle` holding the cluster-wide lock `name`; skip it (False) when another manager holds
-    it. Without a lock (one manager, tests) just run it."""
+    """Run `cycle` if this manager holds the cluster-wide lock `name` (taking it if free); skip
+    it (False) when another manager holds it. Without a lock (one manager, tests) just run it."""
     if lock is None:
         return await cycle()
     async with lock.hold(name) as acquired:

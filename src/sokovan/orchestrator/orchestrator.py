@@ -11,10 +11,12 @@ write its file and add it to a lane below.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.bus.hints import Hint
@@ -70,6 +72,10 @@ from sokovan.orchestrator.schedule.handlers.promotion.promotions import (
     PROMOTE_TO_RUNNING,
     PROMOTE_TO_TERMINATED,
 )
+from sokovan.orchestrator.schedule.handoffs import next_lanes
+from sokovan.state.kernel_writes import KernelMove
+
+log = structlog.get_logger(__name__)
 
 # The route lanes are hinted whenever replica sessions move; they coalesce those hints over this
 # long, so a burst of replicas starting costs them a few cycles.
@@ -166,6 +172,11 @@ def session_handlers(engine: AsyncEngine, rpc: AgentRPCClient) -> list[SessionHa
 
 
 class SokovanOrchestrator:
+    """`publish` sends a hint to every manager (`bus.hints`): how a lane held by another manager
+    is woken. Without it (one manager, tests) every wake is local. `worker` (index, count): this
+    process is one of the workers of `sokovan manager --workers count`; they share the lanes out
+    (`locks`), so that every core orchestrates."""
+
     def __init__(
         self,
         engine: AsyncEngine,
@@ -174,78 +185,145 @@ class SokovanOrchestrator:
         events: UserEventPublisher | None = None,
         backlog: Callable[[], Awaitable[int]] | None = None,
         serving: Serving | None = None,
+        publish: Callable[[str], Awaitable[None]] | None = None,
+        worker: tuple[int, int] = (0, 1),
     ) -> None:
         self.config = config
+        # One set of lane locks for the whole manager: the lanes it holds, it keeps (`locks`).
+        self._worker = worker
+        self.lock = CycleLock(engine, mine=self._mine if worker[1] > 1 else None)
+        self._publish = publish
+        self._publishing: set[asyncio.Task[None]] = set()
         self.schedule = ScheduleCoordinator(
             engine,
             config,
-            session_lanes(engine, rpc, config, events, functools.partial(self.hint, Hint.SCHEDULE)),
-            CycleLock(engine),
+            session_lanes(engine, rpc, config, events, functools.partial(self.wake, Hint.SCHEDULE)),
+            self.lock,
             events=events,
         )
-        retry = RetryCoordinator(engine, config, CycleLock(engine), events)
-        maintenance = MaintenanceCoordinator(engine, rpc, config, CycleLock(engine))
+        self.schedule.next_lanes = next_lanes
+        self.schedule.on_wake = self.wake
+        retry = RetryCoordinator(engine, config, self.lock, events)
+        maintenance = MaintenanceCoordinator(engine, rpc, config, self.lock)
         self.nodes = NodeCoordinator(
-            engine, node_lanes(engine, config, events, Backlog(backlog)), CycleLock(engine), events
+            engine, node_lanes(engine, config, events, Backlog(backlog)), self.lock, events
         )
-        self.nodes.on_wake = self.hint
-        # Whatever a lane moves is the sessions' business: it hints every session lane at once.
-        wake_sessions = functools.partial(self.hint, Hint.SCHEDULE)
+        self.nodes.on_wake = self.wake
+        # What these lanes move is the sessions' business: they wake every session lane.
+        wake_sessions = functools.partial(self.wake, Hint.SCHEDULE)
         self.loops: dict[str, list[CoordinatorLoop]] = {
+            # A session lane that moved something runs again at once (there may be more) and
+            # wakes the lanes the statuses it wrote are work for (`handoffs`).
             Hint.SCHEDULE: [
                 self._loop(f"{Hint.SCHEDULE}.{lane}", functools.partial(self.schedule.cycle_lane, lane))
                 for lane in self.schedule.lanes
-            ]
-            # Retries: woken with the session lanes (a session ended), and every long cycle (a
-            # scheduled retry came due).
-            + [self._loop(Hint.RETRY, retry.cycle)],
-            Hint.MAINTENANCE: [self._loop(Hint.MAINTENANCE, maintenance.cycle)],
+            ],
+            # Retries: woken when sessions end (`handoffs`), and every long cycle (a scheduled
+            # retry came due).
+            Hint.RETRY: [self._loop(Hint.RETRY, retry.cycle, on_moved=wake_sessions)],
+            Hint.MAINTENANCE: [self._loop(Hint.MAINTENANCE, maintenance.cycle, on_moved=wake_sessions)],
             Hint.NODE: [
-                self._loop(f"{Hint.NODE}.{lane}", functools.partial(self.nodes.cycle_lane, lane))
+                self._loop(
+                    f"{Hint.NODE}.{lane}",
+                    functools.partial(self.nodes.cycle_lane, lane),
+                    on_moved=wake_sessions,
+                )
                 for lane in self.nodes.lanes
             ],
         }
-        for loops in self.loops.values():
-            for loop in loops:
-                loop.on_moved = wake_sessions
         if serving is not None:
             self._add_serving(engine, events, serving)
 
     def _add_serving(self, engine: AsyncEngine, events: UserEventPublisher | None, serving: Serving) -> None:
         """Deployments and routes: what one moves is the other's business, and a replica session
         moving is the routes' (a replica started, or ended: the schedule coordinator wakes them)."""
-        deployments = DeploymentCoordinator(
-            engine, deployment_lanes(engine, events), CycleLock(engine), events
-        )
-        routes = RouteCoordinator(engine, route_lanes(engine, serving), CycleLock(engine), events)
-        wake_serving = functools.partial(self.hint, Hint.DEPLOYMENT, Hint.ROUTE)
+        deployments = DeploymentCoordinator(engine, deployment_lanes(engine, events), self.lock, events)
+        routes = RouteCoordinator(engine, route_lanes(engine, serving), self.lock, events)
+        deployments.on_wake = routes.on_wake = self.wake
+        wake_serving = functools.partial(self.wake, Hint.DEPLOYMENT, Hint.ROUTE)
         self.loops[Hint.DEPLOYMENT] = [
-            self._loop(f"{Hint.DEPLOYMENT}.{lane}", functools.partial(deployments.cycle_lane, lane))
+            self._loop(
+                f"{Hint.DEPLOYMENT}.{lane}",
+                functools.partial(deployments.cycle_lane, lane),
+                on_moved=wake_serving,
+            )
             for lane in deployments.lanes
         ]
         self.loops[Hint.ROUTE] = [
-            self._loop(f"{Hint.ROUTE}.{lane}", functools.partial(routes.cycle_lane, lane), ROUTE_DEBOUNCE)
+            self._loop(
+                f"{Hint.ROUTE}.{lane}",
+                functools.partial(routes.cycle_lane, lane),
+                ROUTE_DEBOUNCE,
+                on_moved=wake_serving,
+            )
             for lane in routes.lanes
         ]
-        for loop in self.loops[Hint.DEPLOYMENT] + self.loops[Hint.ROUTE]:
-            loop.on_moved = wake_serving
-        self.schedule.on_wake = self.hint  # replica sessions that moved wake the routes
 
     def _loop(
-        self, name: str, cycle: Callable[[], Awaitable[bool]], min_debounce: float = 0.0
+        self,
+        name: str,
+        cycle: Callable[[], Awaitable[bool]],
+        min_debounce: float = 0.0,
+        on_moved: Callable[[], None] | None = None,
     ) -> CoordinatorLoop:
-        return CoordinatorLoop(
+        loop = CoordinatorLoop(
             name,
             cycle,
             long_interval=lambda: self.config.loops.long_cycle_interval,
             debounce=lambda: max(self.config.loops.short_cycle_debounce, min_debounce),
         )
+        if on_moved is not None:
+            loop.on_moved = on_moved
+        return loop
 
-    def hint(self, *coordinators: str) -> None:
-        """Wake the loops of each of `coordinators` (`Hint` values, as they arrive over Redis)."""
-        for coordinator in coordinators:
-            for loop in self.loops.get(coordinator, []):
+    def _mine(self, lane: str) -> bool:
+        """Whether `lane` is this worker's by the share-out: every N-th lane in name order."""
+        names = sorted(loop.name for loops in self.loops.values() for loop in loops)
+        index, count = self._worker
+        return lane in names and names.index(lane) % count == index
+
+    def _named(self, name: str) -> list[CoordinatorLoop]:
+        """The loops a hint name stands for: a coordinator's (e.g. `schedule`) or one lane's
+        (e.g. `schedule.place`)."""
+        coordinator, _, _ = name.partition(".")
+        return [loop for loop in self.loops.get(coordinator, []) if name in (coordinator, loop.name)]
+
+    def hint(self, *names: str) -> None:
+        """Wake this manager's loops for each of `names` (as hints arrive over Redis)."""
+        for name in names:
+            for loop in self._named(name):
                 loop.hint()
 
+    def wake(self, *names: str) -> None:
+        """Wake the loops for each of `names` wherever they run: here when this manager holds
+        their lanes, else through a hint to every manager."""
+        for name in names:
+            loops = self._named(name)
+            if self._publish is None or all(self.lock.holds(loop.name) for loop in loops):
+                for loop in loops:
+                    loop.hint()
+                continue
+            for loop in loops:
+                if self.lock.holds(loop.name):
+                    loop.hint()
+            task = asyncio.get_running_loop().create_task(self._send(name))
+            self._publishing.add(task)
+            task.add_done_callback(self._publishing.discard)
+
+    async def _send(self, name: str) -> None:
+        assert self._publish is not None
+        try:
+            await self._publish(name)
+        except Exception:  # a lost hint costs one long-cycle interval
+            log.warning("could not publish a hint", hint=name, exc_info=True)
+
+    async def follow_kernels(self, moves: Sequence[KernelMove]) -> None:
+        """Agents' kernel events were applied: move their sessions on now (`event_promotions`)."""
+        await self.schedule.follow_kernels(moves)
+
     async def run(self, stop: asyncio.Event) -> None:
-        await asyncio.gather(*(loop.run(stop) for loops in self.loops.values() for loop in loops))
+        try:
+            await asyncio.gather(*(loop.run(stop) for loops in self.loops.values() for loop in loops))
+        finally:
+            with contextlib.suppress(Exception):
+                await self.lock.release_all()

@@ -19,11 +19,14 @@ from sokovan.bus.hints import Hint
 from sokovan.bus.user_events import UserEventPublisher
 from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.locks import CycleLock
+from sokovan.orchestrator.schedule.event_promotions import promotions_for
 from sokovan.orchestrator.schedule.handler import SessionHandler
+from sokovan.orchestrator.schedule.handlers.promotion.promote_sessions import PromoteSessions
 from sokovan.orchestrator.schedule.sessions_kind import SessionKind
 from sokovan.orchestrator.spine.coordinator import Coordinator
 from sokovan.orchestrator.spine.result import HandlerResult
-from sokovan.state.session_reads import SessionWithKernels
+from sokovan.state.kernel_writes import KernelMove
+from sokovan.state.session_reads import SessionWithKernels, statuses_present
 from sokovan.state.session_writes import SessionTransition
 from sokovan.state.status_info import SessionStatusInfo
 
@@ -41,3 +44,23 @@ class ScheduleCoordinator(
     ) -> None:
         lanes = handlers if isinstance(handlers, Mapping) else {"all": handlers}
         super().__init__(Hint.SCHEDULE, SessionKind(config), engine, lanes, lock, events)
+
+    def statuses_of(self, handler: SessionHandler) -> frozenset[str] | None:
+        if handler.always_runs:
+            return None
+        return frozenset(s.value for s in handler.targets | (handler.expires_in or frozenset()))
+
+    async def present(self, handlers: Sequence[SessionHandler]) -> frozenset[str] | None:
+        wanted = set().union(*(self.statuses_of(h) or frozenset() for h in handlers))
+        if not wanted:
+            return None
+        async with self._engine.connect() as conn:
+            return await statuses_present(conn, sorted(wanted))
+
+    async def follow_kernels(self, moves: Sequence[KernelMove]) -> bool:
+        """Run the promotions the kernels that just moved may complete, for their sessions only
+        (`event_promotions`); True when a session moved. The next lanes are woken by `apply`."""
+        moved = False
+        for spec, session_ids in promotions_for(moves):
+            moved |= await self.run_handler(PromoteSessions(spec).focused(session_ids))
+        return moved

@@ -8,13 +8,15 @@ cycle reads nothing) and checked again here on the rows read, so the two cannot 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, replace
 
 from sqlalchemy import ColumnElement
 
 from sokovan.common.types import SessionStatus
 from sokovan.config.cluster import Phase
+from sokovan.db.models import Session
 from sokovan.orchestrator.schedule.endings import failure_from_kernels
 from sokovan.orchestrator.schedule.handler import (
     KernelCondition,
@@ -55,6 +57,17 @@ class PromoteSessions(SessionHandler):
             expired=TransitionStatus(SessionStatus.TERMINATING) if spec.expires_in else None,
         )
         self._spec = spec
+
+    def focused(self, session_ids: Collection[uuid.UUID]) -> PromoteSessions:
+        """The same promotion for `session_ids` only, and without expiry (run as events arrive)."""
+        ids = list(session_ids)
+        base = self._spec.where
+
+        def where() -> ColumnElement[bool]:
+            cond = Session.id.in_(ids)
+            return cond & base() if base is not None else cond
+
+        return PromoteSessions(replace(self._spec, where=where, expires_in=frozenset()))
 
     def narrow(self, now: dt.datetime) -> ColumnElement[bool] | None:
         return self._spec.where() if self._spec.where is not None else None
