@@ -72,7 +72,7 @@ from sokovan.orchestrator.schedule.handlers.promotion.promotions import (
     PROMOTE_TO_RUNNING,
     PROMOTE_TO_TERMINATED,
 )
-from sokovan.orchestrator.schedule.handoffs import next_lanes
+from sokovan.orchestrator.schedule.handoffs import lane, next_lanes
 from sokovan.state.kernel_writes import KernelMove
 
 log = structlog.get_logger(__name__)
@@ -87,12 +87,15 @@ def session_lanes(
     rpc: AgentRPCClient,
     config: ClusterConfig | None = None,
     events: UserEventPublisher | None = None,
-    wake: Callable[[], None] | None = None,
+    wake: Callable[[str], None] | None = None,
 ) -> dict[str, list[SessionHandler]]:
     """The session handlers, grouped into lanes that run concurrently. Within a lane, the order
-    lets one cycle carry a session as far as it can go. `events` and `wake` serve preemption:
-    the placement lane publishes `session.preempted` and wakes the lanes to stop the victims."""
+    lets one cycle carry a session as far as it can go. `wake(hint name)` wakes loops: the
+    placement lane wakes the lanes to stop preemption victims (and publishes `session.preempted`
+    on `events`), the agent calls their own lane when calls that outlasted a cycle end."""
     cfg = config or ClusterConfig()
+    prepare_again = functools.partial(wake, lane("prepare")) if wake else None
+    start_again = functools.partial(wake, lane("start")) if wake else None
     return {
         # Failures and terminations first: they free resources.
         "end": [
@@ -103,9 +106,13 @@ def session_lanes(
             RequeuePreempted(),
             PromoteSessions(PROMOTE_TO_TERMINATED),
         ],
-        "place": [ScheduleNewSessions(engine, events=events, wake=wake)],
-        "prepare": [CallAgents(PREPARE_SESSIONS, rpc), PromoteSessions(PROMOTE_TO_PREPARED)],
-        "start": [CallAgents(START_SESSIONS, rpc), PromoteSessions(PROMOTE_TO_RUNNING)],
+        "place": [
+            ScheduleNewSessions(
+                engine, events=events, wake=functools.partial(wake, Hint.SCHEDULE) if wake else None
+            )
+        ],
+        "prepare": [CallAgents(PREPARE_SESSIONS, rpc, prepare_again), PromoteSessions(PROMOTE_TO_PREPARED)],
+        "start": [CallAgents(START_SESSIONS, rpc, start_again), PromoteSessions(PROMOTE_TO_RUNNING)],
     }
 
 
@@ -197,7 +204,7 @@ class SokovanOrchestrator:
         self.schedule = ScheduleCoordinator(
             engine,
             config,
-            session_lanes(engine, rpc, config, events, functools.partial(self.wake, Hint.SCHEDULE)),
+            session_lanes(engine, rpc, config, events, self.wake),
             self.lock,
             events=events,
         )

@@ -34,11 +34,18 @@ def kernel_spec(session: SessionWithKernels, kernel: KernelInfo) -> KernelSpec:
     )
 
 
+Calls = Sequence["asyncio.Future[dict[uuid.UUID, str]]"]  # one session's calls (agent → failures)
+Late = Callable[[uuid.UUID, "asyncio.Future[str | None]"], None]
+
+
 async def fan_out(
     sessions: Sequence[SessionWithKernels],
     pick: Callable[[KernelInfo], bool],
     call: Callable[[Target, Items], Awaitable[object]],
     size: Callable[[KernelInfo], int] | None = None,
+    *,
+    wait: float | None = None,
+    late: Late | None = None,
 ) -> SessionResultT:
     """Call `call((agent_id, agent_addr), [(session, kernel), ...])` for the kernels `pick` selects.
 
@@ -47,9 +54,15 @@ async def fan_out(
     without, in one call. A session succeeds when every call that carried one of its kernels
     succeeded; a session with no kernel to send succeeds at once. A kernel placed on an agent that
     is unknown fails, and so does a session too large for one call (alone).
+
+    With `wait` (and `late`), the answers are awaited that long only: a session whose agents have
+    not all answered by then is left out of the result and handed to `late(session id, outcome)`,
+    a future of its failure reason (None: it succeeded), so one slow agent never holds the others'
+    sessions back.
     """
     result = SessionResultT()
     per_agent: dict[Target, dict[uuid.UUID, Items]] = defaultdict(dict)
+    agents_of: dict[uuid.UUID, dict[Target, None]] = {}  # the agents each session's kernels go to
     failed: dict[uuid.UUID, str] = {}
     for session in sessions:
         for kernel in session.kernels:
@@ -58,19 +71,37 @@ async def fan_out(
             if kernel.agent_addr is None or kernel.agent_id is None:
                 failed[session.id] = f"kernel {kernel.id} has no reachable agent"
                 continue
-            per_agent[(kernel.agent_id, kernel.agent_addr)].setdefault(session.id, []).append(
-                (session, kernel)
-            )
-    outcomes = await asyncio.gather(*(_to_agent(t, items, call, size) for t, items in per_agent.items()))
-    for outcome in outcomes:
-        for session_id, reason in outcome.items():
-            failed.setdefault(session_id, reason)
+            target = (kernel.agent_id, kernel.agent_addr)
+            per_agent[target].setdefault(session.id, []).append((session, kernel))
+            agents_of.setdefault(session.id, {})[target] = None
+    calls = {t: asyncio.ensure_future(_to_agent(t, items, call, size)) for t, items in per_agent.items()}
+    if calls:
+        await asyncio.wait(calls.values(), timeout=wait if late is not None else None)
     for session in sessions:
-        if session.id in failed:
-            result.failures[session.id] = failed[session.id]
+        mine = [calls[t] for t in agents_of.get(session.id, {})]
+        if session.id not in failed and not all(task.done() for task in mine):
+            assert late is not None
+            late(session.id, asyncio.ensure_future(_outcome(session.id, mine)))
+            continue
+        reason = failed.get(session.id) or _failure_of(session.id, mine)
+        if reason is not None:
+            result.failures[session.id] = reason
         else:
             result.successes.append(session.id)
     return result
+
+
+def _failure_of(session_id: uuid.UUID, calls: Calls) -> str | None:
+    for call in calls:
+        reason = call.result().get(session_id)
+        if reason is not None:
+            return reason
+    return None
+
+
+async def _outcome(session_id: uuid.UUID, calls: Calls) -> str | None:
+    await asyncio.wait(calls)
+    return _failure_of(session_id, calls)
 
 
 async def _to_agent(

@@ -7,12 +7,20 @@ with kernel events (pulling, prepared, image-pull-failed) and PromoteToPrepared 
 A failed call is a failure of that stage (retried, then the session is rescheduled). The kernels
 for one agent go in calls that stay under its body limit; a session too large for one call fails
 alone, never the others of the batch.
+
+All agents are called at once, and their answers are awaited `STRAGGLER_WAIT` seconds only: the
+sessions of an agent that is slower are carried on in the background (`InFlight`) and left out of
+the next cycles while their calls run; when the calls end, the lane is woken and its next cycle
+reports them. One slow agent never holds other agents' sessions, or the lane, back.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sokovan.common.rpc import AgentRPCClient, KernelSpec
 from sokovan.common.types import KernelStatus, SessionStatus
@@ -28,6 +36,8 @@ from sokovan.orchestrator.schedule.handler import (
 from sokovan.state.session_reads import SessionWithKernels
 
 S, K = SessionStatus, KernelStatus
+STRAGGLER_WAIT = 0.5  # seconds a cycle waits for the agents' answers
+FORGET_AFTER = 600.0  # an outcome no cycle asked for (the session moved on meanwhile) is dropped
 # An AgentRPCClient method taking (rpc address, kernel specs, agent id).
 AgentMethod = Callable[[AgentRPCClient, str, list[KernelSpec], str], Awaitable[object]]
 _REQUEUE = TransitionStatus(S.PENDING, K.PENDING)
@@ -61,8 +71,48 @@ START_SESSIONS = AgentCall(
 )
 
 
+@dataclass
+class InFlight:
+    """Sessions whose agent calls outlasted a cycle: running, and ended with their outcome."""
+
+    wake: Callable[[], None] = lambda: None
+    running: dict[uuid.UUID, asyncio.Future[str | None]] = field(default_factory=dict)
+    ended: dict[uuid.UUID, tuple[float, str | None]] = field(default_factory=dict)  # → (when, failure)
+
+    def add(self, session_id: uuid.UUID, outcome: asyncio.Future[str | None]) -> None:
+        self.running[session_id] = outcome
+        outcome.add_done_callback(lambda f: self._ended(session_id, f))
+
+    def _ended(self, session_id: uuid.UUID, outcome: asyncio.Future[str | None]) -> None:
+        self.running.pop(session_id, None)
+        failure = None if outcome.cancelled() or outcome.exception() is None else str(outcome.exception())
+        reason = "call cancelled" if outcome.cancelled() else failure or outcome.result()
+        self.ended[session_id] = (time.monotonic(), reason)
+        self.wake()
+
+    def collect(
+        self, targets: Sequence[SessionWithKernels], into: SessionResultT
+    ) -> list[SessionWithKernels]:
+        """Report the ended calls' sessions into `into`; the targets with no call running or ended."""
+        fresh = []
+        for session in targets:
+            ended = self.ended.pop(session.id, None)
+            if ended is not None:
+                if ended[1] is None:
+                    into.successes.append(session.id)
+                else:
+                    into.failures[session.id] = ended[1]
+            elif session.id not in self.running:
+                fresh.append(session)
+        cutoff = time.monotonic() - FORGET_AFTER
+        for session_id in [sid for sid, (when, _) in self.ended.items() if when < cutoff]:
+            del self.ended[session_id]
+        return fresh
+
+
 class CallAgents(SessionHandler):
-    def __init__(self, call: AgentCall, rpc: AgentRPCClient) -> None:
+    def __init__(self, call: AgentCall, rpc: AgentRPCClient, wake: Callable[[], None] | None = None) -> None:
+        """`wake`: runs the handler's lane again (when calls that outlasted a cycle end)."""
         self.name = call.name
         self.phase = call.phase
         self.targets = frozenset({call.session})
@@ -70,13 +120,26 @@ class CallAgents(SessionHandler):
         self.transitions = StatusTransitions(success=call.to, expired=_REQUEUE, give_up=_REQUEUE)
         self._call = call
         self._rpc = rpc
+        self.in_flight = InFlight(wake or (lambda: None))
 
     async def execute(self, targets: Sequence[SessionWithKernels]) -> SessionResultT:
-        specs = {k.id: kernel_spec(s, k) for s in targets for k in s.kernels if k.status == self._call.kernel}
+        result = SessionResultT()
+        fresh = self.in_flight.collect(targets, result)
+        specs = {k.id: kernel_spec(s, k) for s in fresh for k in s.kernels if k.status == self._call.kernel}
         sizes = {kid: len(spec.model_dump_json()) + 1 for kid, spec in specs.items()}  # and its comma
 
         async def send(target: Target, items: Items) -> object:
             agent_id, addr = target
             return await self._call.method(self._rpc, addr, [specs[k.id] for _, k in items], agent_id)
 
-        return await fan_out(targets, lambda k: k.status == self._call.kernel, send, lambda k: sizes[k.id])
+        answered = await fan_out(
+            fresh,
+            lambda k: k.status == self._call.kernel,
+            send,
+            lambda k: sizes[k.id],
+            wait=STRAGGLER_WAIT,
+            late=self.in_flight.add,
+        )
+        result.successes += answered.successes
+        result.failures.update(answered.failures)
+        return result
