@@ -180,6 +180,17 @@ async def test_a_create_the_database_refuses_fails_alone(api: Api) -> None:
     assert await _count(api.engine, Session) == 3
 
 
+async def test_a_create_cancelled_before_its_batch_left_is_not_written(api: Api) -> None:
+    alice = await _principal(api.engine, "alice")
+    batcher = CreateBatcher(api.engine, window=SLOW)
+    cancelled = asyncio.ensure_future(batcher.submit(_request(alice)))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    kept = await batcher.submit(_request(alice))
+    assert kept.created and cancelled.cancelled()
+    assert await _count(api.engine, Session) == 1
+
+
 async def test_the_pending_limit_through_the_api_under_concurrency(api: Api) -> None:
     await put(api, "/v2/resource-policies/two", {"max_pending_sessions": 2})
     await bind_policy(api.engine, "alice", "two")

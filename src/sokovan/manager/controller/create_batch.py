@@ -209,6 +209,8 @@ class CreateBatcher:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        # A create whose request was cancelled before its batch left is not written.
+        self._queue = [(request, future) for request, future in self._queue if not future.done()]
         while self._queue and self._in_flight < self._max_in_flight:
             batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
             self._in_flight += 1
