@@ -68,13 +68,14 @@ async def test_terminate_pending_cancels(api: Api) -> None:
     assert [k["status"] for k in body["kernels"]] == ["CANCELLED", "CANCELLED"]
     history = await (await api.client.get(f"/v2/sessions/{sid}/history", headers=api.alice)).json()
     assert [(h["handler"], h["from_status"], h["to_status"]) for h in history["items"]] == [
-        ("api.terminate", "PENDING", "CANCELLED")
+        ("api.create", None, "PENDING"),
+        ("api.terminate", "PENDING", "CANCELLED"),
     ]
     again = await api.client.delete(f"/v2/sessions/{sid}", headers=api.alice)
     assert again.status == 202
     assert (await again.json())["status"] == "CANCELLED"
     history = await (await api.client.get(f"/v2/sessions/{sid}/history", headers=api.alice)).json()
-    assert len(history["items"]) == 1
+    assert len(history["items"]) == 2
 
 
 async def test_terminate_running_goes_terminating(api: Api) -> None:
@@ -108,7 +109,11 @@ async def test_terminate_running_goes_terminating(api: Api) -> None:
                 )
             )
         ).all()
-    assert [tuple(r) for r in rows] == [("RUNNING", "TERMINATING"), ("TERMINATING", "TERMINATING")]
+    assert [tuple(r) for r in rows] == [
+        (None, "PENDING"),  # the create
+        ("RUNNING", "TERMINATING"),
+        ("TERMINATING", "TERMINATING"),
+    ]
     await assert_problem(await api.client.delete(f"/v2/sessions/{sid}?forced=maybe", headers=api.alice), 400)
 
 
@@ -128,7 +133,7 @@ async def test_history_pagination(api: Api) -> None:
         cursor = body["next_cursor"]
         if cursor is None:
             break
-    assert got == [f"h{i}" for i in range(5)]
+    assert got == ["api.create", *(f"h{i}" for i in range(5))]
 
 
 async def test_logs_of_unreachable_agent_is_an_error_field(api: Api) -> None:

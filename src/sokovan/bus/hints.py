@@ -21,7 +21,9 @@ log = structlog.get_logger(__name__)
 
 
 class Hint(enum.StrEnum):
-    """The coordinators a hint can name: one name each, used by publishers and the orchestrator."""
+    """What a hint can name: a coordinator (one name each, used by publishers and the
+    orchestrator), or `ADMISSION`: what the API's admission caches hold changed (a policy, a
+    project, a domain, a scaling group), so every manager drops them."""
 
     SCHEDULE = "schedule"
     DEPLOYMENT = "deployment"
@@ -29,6 +31,7 @@ class Hint(enum.StrEnum):
     MAINTENANCE = "maintenance"
     RETRY = "retry"
     NODE = "node"
+    ADMISSION = "admission"
 
 
 def hint_channel(prefix: str) -> str:

@@ -1,16 +1,32 @@
-"""What the manager's parts share at run time: connections and the hint channel."""
+"""What the manager's parts share at run time: connections, the hint channel, and the epoch of
+what the admission caches hold."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aetcd
 import redis.asyncio as aioredis
+import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from sokovan.bus.hints import HintPublisher
+from sokovan.bus.hints import Hint, HintPublisher
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+
+class CacheEpoch:
+    """Moves on whenever what the admission caches hold (resource policies, projects, domains,
+    scaling groups) may have changed: every cache filled under an older epoch is dropped at its
+    next read."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def bump(self) -> None:
+        self.value += 1
 
 
 @dataclass
@@ -21,3 +37,13 @@ class ManagerContext:
     etcd: aetcd.Client
     hints: HintPublisher
     rpc: AgentRPCClient
+    admission: CacheEpoch = field(default_factory=CacheEpoch)
+
+    async def admission_changed(self) -> None:
+        """After an admin write that admission reads: this manager's caches are dropped now, every
+        other manager's when the `ADMISSION` hint reaches it (a lost hint: within their TTL)."""
+        self.admission.bump()
+        try:
+            await self.hints.hint(Hint.ADMISSION)
+        except Exception:
+            log.warning("could not publish the admission hint", exc_info=True)

@@ -162,7 +162,7 @@ async def _serve_until_stopped(
         "orchestrator": orchestrator.run,
         "event-consumer": consumer.run,
         "config-watcher": watcher.run,
-        "hints": functools.partial(listen_hints, redis, settings.etcd_prefix, orchestrator.hint),
+        "hints": functools.partial(listen_hints, redis, settings.etcd_prefix, _on_hint(ctx, orchestrator)),
     }
     tasks = [asyncio.create_task(supervise(name, run, stop), name=name) for name, run in background.items()]
     orchestrator.hint(Hint.SCHEDULE)  # pick up whatever was left in flight before a restart
@@ -183,6 +183,17 @@ async def _serve_until_stopped(
         raise ManagerFailed(str(failure)) from failure
     if failure is not None:
         raise ManagerFailed(describe(failure)) from failure
+
+
+def _on_hint(ctx: ManagerContext, orchestrator: SokovanOrchestrator) -> Callable[[str], None]:
+    """Hints wake the orchestrator's loops; `ADMISSION` drops the API's admission caches."""
+
+    def on_hint(name: str) -> None:
+        if name == Hint.ADMISSION:
+            ctx.admission.bump()
+        orchestrator.hint(name)
+
+    return on_hint
 
 
 def serve(settings: Settings, workers: int = 1, reuse_port: bool = False) -> None:

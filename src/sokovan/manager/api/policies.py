@@ -30,6 +30,7 @@ async def put_resource_policy(request: web.Request) -> web.Response:
     body = await parse_body(request, ResourcePolicyPut)
     async with request.app[CTX_KEY].engine.begin() as conn:
         row = await repo.put_resource_policy(conn, name, body.model_dump(), admin.access_key)
+    await request.app[CTX_KEY].admission_changed()
     return json_response(ResourcePolicyOut.model_validate(row))
 
 
@@ -54,6 +55,7 @@ async def put_domain(request: web.Request) -> web.Response:
     body = await parse_body(request, TenantLimitsPut)
     async with request.app[CTX_KEY].engine.begin() as conn:
         row = await repo.put_domain(conn, name, body.changes(), admin.access_key)
+    await request.app[CTX_KEY].admission_changed()
     return json_response(DomainOut.model_validate(row))
 
 
@@ -67,6 +69,7 @@ async def put_project(request: web.Request) -> web.Response:
             row = await repo.put_project(conn, name, domain, body.changes(), admin.access_key)
     except TenancyError as exc:
         raise Problem(422, "Unknown reference", str(exc), slug="unknown-reference") from exc
+    await request.app[CTX_KEY].admission_changed()
     return json_response(ProjectOut.model_validate({**row, "domain": row["domain_name"]}))
 
 

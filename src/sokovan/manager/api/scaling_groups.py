@@ -30,6 +30,7 @@ async def create_scaling_group(request: web.Request) -> web.Response:
             row = await repo.create_scaling_group(conn, body.values(), admin.access_key)
     except repo.AlreadyExists as exc:
         raise Problem(409, "Conflict", str(exc), slug="already-exists") from exc
+    await request.app[CTX_KEY].admission_changed()
     return json_response(ScalingGroupOut.model_validate(row), 201)
 
 
@@ -39,6 +40,7 @@ async def patch_scaling_group(request: web.Request) -> web.Response:
     body = await parse_body(request, ScalingGroupPatch)
     async with request.app[CTX_KEY].engine.begin() as conn:
         row = await repo.patch_scaling_group(conn, name, body.changes(), admin.access_key)
+    await request.app[CTX_KEY].admission_changed()
     return json_response(found(ScalingGroupOut, row, "scaling group", repr(name)))
 
 

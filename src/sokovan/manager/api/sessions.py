@@ -77,8 +77,9 @@ async def create_session(request: web.Request) -> web.Response:
             )
         )
     outcome = await request.app[CONTROLLER_KEY].create_session(principal, spec)
-    session = await _session_or_404(request, outcome.session_id, principal)
-    return json_response(session, 201 if outcome.created else 200)
+    if outcome.view is not None:  # what this request wrote: no need to read it back
+        return json_response(SessionOut.model_validate(outcome.view), 201)
+    return json_response(await _session_or_404(request, outcome.session_id, principal), 200)
 
 
 async def get_session(request: web.Request) -> web.Response:

@@ -8,15 +8,14 @@ session that fits in principle waits in PENDING.
 
 from __future__ import annotations
 
-import time
 import uuid
 
-from sqlalchemy import bindparam, func, select
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.slots import ResourceSlots
-from sokovan.db.models import Agent, ScalingGroup, Session
+from sokovan.db.models import Session
+from sokovan.manager.controller.admission_cache import CapacityCache, GroupShapes
 from sokovan.manager.controller.errors import (
     Forbidden,
     QuotaExceeded,
@@ -24,7 +23,7 @@ from sokovan.manager.controller.errors import (
     UnknownReference,
     Unsatisfiable,
 )
-from sokovan.manager.controller.feasibility import AgentCapacity, never_fits
+from sokovan.manager.controller.feasibility import never_fits
 from sokovan.manager.controller.request_bounds import cluster_size_refusal, priority_refusal
 from sokovan.manager.controller.session_spec import SessionCreateRequest
 from sokovan.manager.repositories.sessions_read import visible
@@ -39,17 +38,40 @@ async def admit(
     limits: OwnerLimits,
     capacity: CapacityCache | None = None,
 ) -> list[uuid.UUID]:
-    """Run every check; returns the de-duplicated dependencies."""
+    """Run every check, reading what it needs on `conn`; returns the de-duplicated dependencies.
+    (A create reads the same from its caches and leaves the pending limit to its batch.)"""
+    cache = capacity or CapacityCache(ttl=0)
+    largest = await cache.largest_group(conn) if spec.cluster_size > 1 else 0
+    shapes = await cache.lookup(conn, spec.scaling_group, spec.image)
+    check_request(principal, spec, per_kernel, limits, shapes, largest)
+    await check_pending_limit(conn, principal, limits)
+    return await check_dependencies(conn, principal, spec.depends_on)
+
+
+def check_request(
+    principal: Principal,
+    spec: SessionCreateRequest,
+    per_kernel: ResourceSlots,
+    limits: OwnerLimits,
+    shapes: GroupShapes | None,
+    largest_group: int,
+) -> None:
+    """The checks that need no database, given what was read (or cached): the caller's priority,
+    the cluster size against the largest group, the group, type and image, whether any agent could
+    ever hold it, and the quotas. Raises the first refusal."""
     refusal = priority_refusal(spec.priority, principal.is_admin)
     if refusal is not None:
         raise Forbidden(refusal, errors=[{"field": "priority", "message": refusal, "type": "admin_only"}])
-    await check_cluster_size(conn, spec, capacity)
-    await check_placeable(conn, spec, per_kernel, capacity)
+    if spec.cluster_size > 1:
+        refusal = cluster_size_refusal(spec.cluster_size, largest_group)
+        if refusal is not None:
+            raise Unsatisfiable(
+                refusal, errors=[{"field": "cluster_size", "message": refusal, "type": "too_large"}]
+            )
+    check_shapes(spec, per_kernel, shapes)
     violations = quota_violations(limits, per_kernel.scaled(spec.cluster_size))
     if violations:
         raise QuotaExceeded("; ".join(violations))
-    await check_pending_limit(conn, principal, limits)
-    return await check_dependencies(conn, principal, spec.depends_on)
 
 
 def quota_violations(limits: OwnerLimits, total: ResourceSlots) -> list[str]:
@@ -73,81 +95,14 @@ async def check_pending_limit(conn: AsyncConnection, principal: Principal, limit
         return
     pending = await count_pending(conn, principal.access_key)
     if pending >= cap:
-        raise TooManyPending(
-            f"{pending} session(s) of {principal.access_key} are PENDING; keypair policy "
-            f"{limits.policy_name!r} allows {cap}: wait for some to start or cancel them"
-        )
+        raise too_many_pending(principal.access_key, pending, cap, limits.policy_name)
 
 
-class CapacityCache:
-    """What `check_placeable` reads — a group's allowed types and its agents' capacity shapes for an
-    image — kept for `ttl` seconds, so a burst of creates costs no reads here.
-
-    Only positive answers are kept (the group exists and some agent offers the image): a new group
-    or a newly registered image is seen at once, a changed group or agent within `ttl` seconds.
-    This check is about what could *ever* fit; what fits now is the scheduler's business."""
-
-    def __init__(self, ttl: float = 2.0) -> None:
-        self._ttl = ttl
-        self._items: dict[tuple[str, str], tuple[float, list[str], list[AgentCapacity]]] = {}
-        self._largest: tuple[float, int] = (0.0, 0)
-
-    async def largest_group(self, conn: AsyncConnection) -> int:
-        """How many agents (of any status) the scaling group with the most of them has."""
-        expires, count = self._largest
-        if expires > time.monotonic():
-            return count
-        count = int(await conn.scalar(_LARGEST_GROUP) or 0)
-        self._largest = (time.monotonic() + self._ttl, count)
-        return count
-
-    async def lookup(
-        self, conn: AsyncConnection, group: str, image: str
-    ) -> tuple[list[str], list[AgentCapacity]] | None:
-        """(allowed session types, capacity shapes offering `image`), or None if the group is unknown."""
-        hit = self._items.get((group, image))
-        if hit is not None and hit[0] > time.monotonic():
-            return hit[1], hit[2]
-        sg = (await conn.execute(_GROUP_TYPES, {"group": group})).first()
-        if sg is None:
-            return None
-        rows = await conn.execute(_CAPACITY_SHAPES, {"group": group, "image": [image]})
-        # Agents of one capacity are one row: a homogeneous fleet of any size costs one row here.
-        offering = [
-            AgentCapacity(f"{n} agent(s)", ResourceSlots.from_json(slots), frozenset({image}), count=int(n))
-            for slots, n in rows
-        ]
-        allowed = list(sg.allowed_session_types or [])
-        if offering:
-            self._items[(group, image)] = (time.monotonic() + self._ttl, allowed, offering)
-        return allowed, offering
-
-
-_GROUP_TYPES = select(ScalingGroup.allowed_session_types).where(ScalingGroup.name == bindparam("group"))
-_CAPACITY_SHAPES = (
-    select(Agent.available_slots, func.count())
-    .where(Agent.scaling_group == bindparam("group"), Agent.images.contains(bindparam("image", type_=JSONB)))
-    .group_by(Agent.available_slots)
-)
-
-
-_GROUP_SIZES = select(func.count().label("n")).select_from(Agent).group_by(Agent.scaling_group).subquery()
-_LARGEST_GROUP = select(func.max(_GROUP_SIZES.c.n))
-
-
-async def check_cluster_size(
-    conn: AsyncConnection, spec: SessionCreateRequest, capacity: CapacityCache | None = None
-) -> None:
-    """No more kernels than the largest scaling group has agents: a bound on what one request can
-    start, whatever its per-kernel slots."""
-    if spec.cluster_size <= 1:
-        return
-    largest = await (capacity or CapacityCache(ttl=0)).largest_group(conn)
-    refusal = cluster_size_refusal(spec.cluster_size, largest)
-    if refusal is not None:
-        raise Unsatisfiable(
-            refusal, errors=[{"field": "cluster_size", "message": refusal, "type": "too_large"}]
-        )
+def too_many_pending(access_key: str, pending: int, cap: int, policy_name: str | None) -> TooManyPending:
+    return TooManyPending(
+        f"{pending} session(s) of {access_key} are PENDING; keypair policy "
+        f"{policy_name!r} allows {cap}: wait for some to start or cancel them"
+    )
 
 
 async def check_placeable(
@@ -156,10 +111,19 @@ async def check_placeable(
     per_kernel: ResourceSlots,
     capacity: CapacityCache | None = None,
 ) -> None:
-    found = await (capacity or CapacityCache(ttl=0)).lookup(conn, spec.scaling_group, spec.image)
-    if found is None:
+    check_shapes(
+        spec,
+        per_kernel,
+        await (capacity or CapacityCache(ttl=0)).lookup(conn, spec.scaling_group, spec.image),
+    )
+
+
+def check_shapes(spec: SessionCreateRequest, per_kernel: ResourceSlots, shapes: GroupShapes | None) -> None:
+    """The group exists and allows the type, some agent offers the image, and one could ever hold
+    the session (`shapes`: what `CapacityCache.lookup` answered)."""
+    if shapes is None:
         raise UnknownReference(f"scaling group {spec.scaling_group!r} does not exist")
-    allowed, offering = found
+    allowed, offering = shapes
     if spec.type.value not in allowed:
         raise Unsatisfiable(
             f"scaling group {spec.scaling_group!r} does not allow {spec.type.value} sessions "

@@ -29,7 +29,8 @@ from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
 from sokovan.common.types import EndpointLifecycle, HandlerOutcome, SessionType
 from sokovan.db.models import Deployment, DeploymentHistory
 from sokovan.manager.context import ManagerContext
-from sokovan.manager.controller.admission import CapacityCache, check_placeable, quota_violations
+from sokovan.manager.controller.admission import check_placeable, quota_violations
+from sokovan.manager.controller.admission_cache import CapacityCache
 from sokovan.manager.controller.definitions import DefinitionError, generate
 from sokovan.manager.controller.deployment_spec import DeploymentCreateRequest
 from sokovan.manager.controller.errors import Conflict, NotFound, QuotaExceeded, ValidationFailed
@@ -52,7 +53,7 @@ LIVE_NAME_INDEX = "uq_deployments_live_name"
 class DeploymentController:
     def __init__(self, ctx: ManagerContext) -> None:
         self._ctx = ctx
-        self._capacity = CapacityCache()
+        self._capacity = CapacityCache(epoch=ctx.admission)
         self._events = UserEventPublisher(ctx.redis, ctx.settings.etcd_prefix)
 
     # -- create -------------------------------------------------------------------------------

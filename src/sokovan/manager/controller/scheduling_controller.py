@@ -1,11 +1,14 @@
 """SchedulingController: the API's way to enqueue and terminate sessions.
 
 Creation validates everything that can be known without placing (fields, scaling group, image,
-total capacity, quotas, the pending limit, dependencies: see `admission`) and then writes the
-session, its kernels, its dependencies and an audit row in ONE transaction; a refused request
-writes nothing. Termination goes through the guarded `apply_session_transitions`, like every other
-status change. Both hint the schedule coordinator after commit. A dry run admits like a create and
-computes a placement, writing nothing.
+total capacity, quotas: see `admission`) from caches kept fresh by admin writes
+(`admission_cache`), reads only a request's dependencies, and hands the admitted session to the
+group commit (`create_batch`): creates arriving together are written together, the session, its
+kernels, its dependencies, its first history row and its audit row in one statement, and the
+pending limit is counted there under the owner's lock. A refused request writes nothing.
+Termination goes through the guarded `apply_session_transitions`, like every other status change.
+Both hint the schedule coordinator after commit. A dry run admits like a create (reading
+everything afresh) and computes a placement, writing nothing.
 """
 
 from __future__ import annotations
@@ -16,9 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from sqlalchemy import insert, select
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import select
 
 from sokovan.bus.hints import Hint
 from sokovan.bus.user_events import UserEventPublisher, publish
@@ -31,13 +32,16 @@ from sokovan.common.types import (
     SessionStatus,
 )
 from sokovan.config.cluster import ClusterConfig
-from sokovan.db.models import Kernel, Session, SessionDependency
+from sokovan.db.models import Session
 from sokovan.manager.context import ManagerContext
-from sokovan.manager.controller.admission import CapacityCache, admit
-from sokovan.manager.controller.errors import NotFound
+from sokovan.manager.controller.admission import admit, check_dependencies, check_request
+from sokovan.manager.controller.admission_cache import CapacityCache, OwnerLimitsCache
+from sokovan.manager.controller.create_batch import CreateBatcher, CreateRequest, PendingLimit
+from sokovan.manager.controller.errors import ControllerError, NotFound
 from sokovan.manager.controller.session_spec import SessionCreateRequest
 from sokovan.manager.repositories.admin import audit
-from sokovan.manager.repositories.sessions_read import visible
+from sokovan.manager.repositories.session_inserts import NewSession, existing_sessions
+from sokovan.manager.repositories.sessions_read import created_view, visible
 from sokovan.manager.repositories.tenancy import OwnerLimits, Principal, owner_limits
 from sokovan.orchestrator.provisioner.dry_run import DryRunRequest, DryRunResult, dry_run
 from sokovan.orchestrator.retry.policy import effective_policy
@@ -47,9 +51,7 @@ log = structlog.get_logger(__name__)
 
 TERMINATE_HANDLER = "api.terminate"
 HINT_COALESCE = 0.005
-# Built once: statement construction is a real share of a create's cost.
-_INSERT_SESSION = insert(Session)
-_INSERT_KERNEL = insert(Kernel)
+PLACE_LANE = f"{Hint.SCHEDULE}.place"  # the lane a new session is work for
 # Statuses a terminate request moves to TERMINATING: the session holds (or is getting) kernels.
 STARTED = frozenset(
     {
@@ -67,52 +69,63 @@ STARTED = frozenset(
 class CreateOutcome:
     session_id: uuid.UUID
     created: bool  # False: an earlier request with the same creation_id made it
+    # The session as `GET /v2/sessions/{id}` shows it, when this request created it.
+    view: dict[str, Any] | None = None
 
 
 class SchedulingController:
     def __init__(self, ctx: ManagerContext, cluster: ClusterConfig | None = None) -> None:
         self._ctx = ctx
         self._cluster = cluster or ClusterConfig()
-        self._capacity = CapacityCache()
+        self._capacity = CapacityCache(epoch=ctx.admission)
+        self._limits = OwnerLimitsCache(ctx.engine, epoch=ctx.admission)
+        self._batcher = CreateBatcher(ctx.engine, on_created=self._hint)
         self._events = UserEventPublisher(ctx.redis, ctx.settings.etcd_prefix)
         self._hint_pending: asyncio.Task[None] | None = None
+        self._hint_names: set[str] = set()
 
     # -- create -------------------------------------------------------------------------------
 
     async def create_session(
         self, principal: Principal, spec: SessionCreateRequest, *, deployment_id: uuid.UUID | None = None
     ) -> CreateOutcome:
-        """Admit and enqueue a session; `deployment_id` marks it a replica of that deployment."""
+        """Admit from the caches and enqueue the session through the group commit;
+        `deployment_id` marks it a replica of that deployment."""
         per_kernel = spec.per_kernel_slots()
+        limits = await self._limits.get(principal)
         try:
-            async with self._ctx.engine.begin() as conn:
-                # Holding the owner's keypair row serialises its creations: limits count each once.
-                limits = await owner_limits(conn, principal, lock=True)
-                if spec.creation_id is not None:
-                    existing = await self._by_creation_id(conn, principal, spec.creation_id)
-                    if existing is not None:
-                        return CreateOutcome(existing, created=False)
-                depends_on = await admit(conn, principal, spec, per_kernel, limits, self._capacity)
-                session_id = await self._insert(
-                    conn,
-                    principal,
-                    spec,
-                    per_kernel,
-                    depends_on,
-                    self._max_retries(spec, limits),
-                    deployment_id,
-                )
-        except IntegrityError:
-            # Two requests with one creation_id raced: the unique constraint let one of them in.
-            if spec.creation_id is None:
-                raise
-            async with self._ctx.engine.connect() as conn:
-                existing = await self._by_creation_id(conn, principal, spec.creation_id)
+            depends_on = await self._admit(principal, spec, per_kernel, limits)
+        except ControllerError:
+            # A repeated creation_id answers with its session, whatever admission says now.
+            existing = await self._by_creation_id(principal, spec.creation_id)
             if existing is None:
                 raise
             return CreateOutcome(existing, created=False)
-        await self._hint()
-        return CreateOutcome(session_id, created=True)
+        session = new_session(
+            principal, spec, per_kernel, depends_on, self._max_retries(spec, limits), deployment_id
+        )
+        cap = limits.max_pending_sessions
+        done = await self._batcher.submit(
+            CreateRequest(session, None if cap is None else PendingLimit(cap, limits.policy_name))
+        )
+        if done.inserted is None:
+            return CreateOutcome(done.session_id, created=False)
+        view = created_view(session, principal.user_name, done.inserted)
+        return CreateOutcome(session.id, created=True, view=view)
+
+    async def _admit(
+        self, principal: Principal, spec: SessionCreateRequest, per_kernel: ResourceSlots, limits: OwnerLimits
+    ) -> list[uuid.UUID]:
+        """`admission` from the caches; only dependencies are read (the pending limit is counted
+        in the create's batch)."""
+        shapes, largest = await self._capacity.read(
+            self._ctx.engine, spec.scaling_group, spec.image, largest=spec.cluster_size > 1
+        )
+        check_request(principal, spec, per_kernel, limits, shapes, largest)
+        if not spec.depends_on:
+            return []
+        async with self._ctx.engine.connect() as conn:
+            return await check_dependencies(conn, principal, spec.depends_on)
 
     async def dry_run(self, principal: Principal, spec: SessionCreateRequest) -> DryRunResult:
         """The same admission as `create_session`, then a placement over the current cluster.
@@ -145,17 +158,12 @@ class SchedulingController:
             finally:
                 await conn.rollback()
 
-    async def _by_creation_id(
-        self, conn: AsyncConnection, principal: Principal, creation_id: str
-    ) -> uuid.UUID | None:
-        found: uuid.UUID | None = (
-            await conn.execute(
-                select(Session.id).where(
-                    Session.access_key == principal.access_key, Session.creation_id == creation_id
-                )
-            )
-        ).scalar_one_or_none()
-        return found
+    async def _by_creation_id(self, principal: Principal, creation_id: str | None) -> uuid.UUID | None:
+        if creation_id is None:
+            return None
+        async with self._ctx.engine.connect() as conn:
+            found = await existing_sessions(conn, [(principal.access_key, creation_id)])
+        return found.get((principal.access_key, creation_id))
 
     def _max_retries(self, spec: SessionCreateRequest, limits: OwnerLimits) -> int:
         """What the effective policy allows (session > project > domain > cluster), so that the
@@ -170,89 +178,6 @@ class SchedulingController:
             ).max_retries
         except ValueError:  # a stored default no longer valid: the session's own word
             return spec.retry_policy.max_retries if spec.retry_policy else 0
-
-    async def _insert(
-        self,
-        conn: AsyncConnection,
-        principal: Principal,
-        spec: SessionCreateRequest,
-        per_kernel: ResourceSlots,
-        depends_on: list[uuid.UUID],
-        max_retries: int = 0,
-        deployment_id: uuid.UUID | None = None,
-    ) -> uuid.UUID:
-        session_id = uuid.uuid4()
-        slots = per_kernel.to_json()
-        policy = spec.retry_policy
-        # A deployment's replicas are never preemptible: the deployment keeps its capacity.
-        preemptible = spec.effective_preemptible() and deployment_id is None
-        await conn.execute(
-            _INSERT_SESSION,
-            {
-                "id": session_id,
-                "name": spec.name or f"s-{session_id.hex[:8]}",
-                "creation_id": spec.creation_id,
-                "access_key": principal.access_key,
-                "user_id": principal.user_id,
-                "project_id": principal.project_id,
-                "domain_name": principal.domain_name,
-                "scaling_group": spec.scaling_group,
-                "type": spec.type.value,
-                "image": spec.image,
-                "command": spec.command,
-                "environ": spec.environ,
-                "resources": slots,
-                "cluster_size": spec.cluster_size,
-                "cluster_mode": spec.cluster_mode.value,
-                "priority": spec.priority,
-                "preemptible": preemptible,
-                "status": SessionStatus.PENDING.value,
-                "status_info": {},
-                "retry_count": 0,
-                "max_retries": max_retries,
-                # As given: unset fields come from the defaults when a retry is decided.
-                "retry_policy": policy.model_dump(mode="json", exclude_unset=True) if policy else None,
-                "deployment_id": deployment_id,
-            },
-        )
-        await conn.execute(
-            _INSERT_KERNEL,
-            [
-                {
-                    "id": uuid.uuid4(),
-                    "session_id": session_id,
-                    "cluster_role": "main" if idx == 0 else "sub",
-                    "cluster_idx": idx,
-                    "agent_id": None,
-                    "status": KernelStatus.PENDING.value,
-                    "status_info": {},
-                    "occupied_slots": slots,
-                }
-                for idx in range(spec.cluster_size)
-            ],
-        )
-        if depends_on:
-            await conn.execute(
-                insert(SessionDependency),
-                [{"session_id": session_id, "depends_on": dep} for dep in depends_on],
-            )
-        await audit(
-            conn,
-            principal.access_key,
-            "session.create",
-            str(session_id),
-            {
-                "name": spec.name,
-                "image": spec.image,
-                "type": spec.type.value,
-                "cluster_size": spec.cluster_size,
-                "scaling_group": spec.scaling_group,
-                "creation_id": spec.creation_id,
-                "priority": spec.priority,
-                "preemptible": preemptible,
-            },
-        )
-        return session_id
 
     # -- terminate ----------------------------------------------------------------------------
 
@@ -281,22 +206,28 @@ class SchedulingController:
                     )
             if applied.applied:
                 await publish(self._events, applied.events())
-                await self._hint()
+                self._hint(Hint.SCHEDULE)
                 return
         log.warning("terminate stayed stale after a retry", session_id=str(session_id))
 
     # -- shared -------------------------------------------------------------------------------
 
-    async def _hint(self) -> None:
+    def _hint(self, name: str = PLACE_LANE) -> None:
         """Hint the schedulers, at most once per `HINT_COALESCE` seconds per process: a burst of
-        requests becomes one hint, and the last request is never left without one."""
+        requests becomes one hint, and the last request is never left without one. A create wakes
+        the placement lane only; a terminate (`Hint.SCHEDULE`) every session lane."""
+        self._hint_names.add(name)
         if self._hint_pending is None or self._hint_pending.done():
             self._hint_pending = asyncio.create_task(self._publish_hint())
 
     async def _publish_hint(self) -> None:
         await asyncio.sleep(HINT_COALESCE)
+        names, self._hint_names = self._hint_names, set()
+        if Hint.SCHEDULE in names:
+            names = {Hint.SCHEDULE.value}
         try:
-            await self._ctx.hints.hint(Hint.SCHEDULE)
+            for name in sorted(names):
+                await self._ctx.hints.hint(name)
         except Exception:  # a lost hint costs one long-cycle interval, never the request
             log.warning("could not publish the schedule hint", exc_info=True)
 
@@ -367,4 +298,56 @@ def _requeue_victim(info: dict[str, Any]) -> bool:
     """A preemption victim that will return to PENDING once its kernels ended."""
     return (
         info.get("cause") == FailureCause.PREEMPTED.value and info.get(PREEMPT_MODE) == PreemptionMode.REQUEUE
+    )
+
+
+def new_session(
+    principal: Principal,
+    spec: SessionCreateRequest,
+    per_kernel: ResourceSlots,
+    depends_on: list[uuid.UUID],
+    max_retries: int,
+    deployment_id: uuid.UUID | None,
+) -> NewSession:
+    """An admitted request as the create batch writes it."""
+    session_id = uuid.uuid4()
+    policy = spec.retry_policy
+    # A deployment's replicas are never preemptible: the deployment keeps its capacity.
+    preemptible = spec.effective_preemptible() and deployment_id is None
+    return NewSession(
+        id=session_id,
+        access_key=principal.access_key,
+        creation_id=spec.creation_id,
+        columns={
+            "name": spec.name or f"s-{session_id.hex[:8]}",
+            "user_id": str(principal.user_id),
+            "project_id": str(principal.project_id),
+            "domain_name": principal.domain_name,
+            "scaling_group": spec.scaling_group,
+            "type": spec.type.value,
+            "image": spec.image,
+            "command": spec.command,
+            "environ": spec.environ,
+            "resources": per_kernel.to_json(),
+            "cluster_size": spec.cluster_size,
+            "cluster_mode": spec.cluster_mode.value,
+            "priority": spec.priority,
+            "preemptible": preemptible,
+            "max_retries": max_retries,
+            # As given: unset fields come from the defaults when a retry is decided.
+            "retry_policy": policy.model_dump(mode="json", exclude_unset=True) if policy else None,
+            "deployment_id": str(deployment_id) if deployment_id else None,
+        },
+        kernel_ids=tuple(uuid.uuid4() for _ in range(spec.cluster_size)),
+        depends_on=tuple(depends_on),
+        audit={
+            "name": spec.name,
+            "image": spec.image,
+            "type": spec.type.value,
+            "cluster_size": spec.cluster_size,
+            "scaling_group": spec.scaling_group,
+            "creation_id": spec.creation_id,
+            "priority": spec.priority,
+            "preemptible": preemptible,
+        },
     )

@@ -11,6 +11,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, exists, func, or_, select, text
@@ -18,8 +19,10 @@ from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 
+from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.db.models import Agent, Kernel, Session, SessionDependency, SessionSchedulingHistory, User
 from sokovan.manager.repositories.paging import page_after_key, page_by_time
+from sokovan.manager.repositories.session_inserts import MAIN_ROLE, SUB_ROLE, Inserted, NewSession
 from sokovan.manager.repositories.tenancy import Principal
 
 MAX_CHAIN = 1000  # a bound on retry-chain walks, against a (never expected) parent cycle
@@ -126,46 +129,82 @@ async def _views(conn: AsyncConnection, rows: Sequence[Any]) -> list[dict[str, A
         return []
     chained = [r.id for r in rows if r.in_chain]
     chains, children = await _retry_chains(conn, chained) if chained else ({}, {})
-    out = []
-    for s in rows:
-        out.append(
-            {
-                "id": str(s.id),
-                "name": s.name,
-                "owner": s.owner,
-                "access_key": s.access_key,
-                "status": s.status,
-                "result": s.result,
-                "status_info": s.status_info or {},
-                "type": s.type,
-                "image": s.image,
-                "command": s.command,
-                "resources": s.resources,
-                "cluster_size": s.cluster_size,
-                "cluster_mode": s.cluster_mode,
-                "scaling_group": s.scaling_group,
-                "priority": s.priority,
-                "preemptible": s.preemptible,
-                "environ": s.environ or {},
-                "depends_on": sorted(str(d) for d in s.deps_json),
-                "kernels": [{**k, "id": str(k["id"])} for k in s.kernels_json],
-                "created_at": _iso(s.created_at),
-                "status_changed_at": _iso(s.status_changed_at),
-                "terminated_at": _iso(s.terminated_at),
-                "creation_id": s.creation_id,
-                "parent_session_id": str(s.parent_session_id) if s.parent_session_id else None,
-                "retry_count": s.retry_count,
-                "max_retries": s.max_retries,
-                "retry_policy": s.retry_policy,
-                "retry_cause": s.retry_cause,
-                "retry_state": retry_state(
-                    s.retry_count, s.max_retries, s.status_info, children.get(s.id) is not None
-                ),
-                "retry_child_id": children.get(s.id),
-                "retry_chain": chains.get(s.id, [str(s.id)]),
-            }
-        )
-    return out
+    return [_view(s, chains, children) for s in rows]
+
+
+def _view(s: Any, chains: dict[uuid.UUID, list[str]], children: dict[uuid.UUID, str]) -> dict[str, Any]:
+    """One session's JSON from its row (`s`: the session's columns, `owner`, `kernels_json` and
+    `deps_json`), with its retry chain and next attempt when it has them."""
+    return {
+        "id": str(s.id),
+        "name": s.name,
+        "owner": s.owner,
+        "access_key": s.access_key,
+        "status": s.status,
+        "result": s.result,
+        "status_info": s.status_info or {},
+        "type": s.type,
+        "image": s.image,
+        "command": s.command,
+        "resources": s.resources,
+        "cluster_size": s.cluster_size,
+        "cluster_mode": s.cluster_mode,
+        "scaling_group": s.scaling_group,
+        "priority": s.priority,
+        "preemptible": s.preemptible,
+        "environ": s.environ or {},
+        "depends_on": sorted(str(d) for d in s.deps_json),
+        "kernels": [{**k, "id": str(k["id"])} for k in s.kernels_json],
+        "created_at": _iso(s.created_at),
+        "status_changed_at": _iso(s.status_changed_at),
+        "terminated_at": _iso(s.terminated_at),
+        "creation_id": s.creation_id,
+        "parent_session_id": str(s.parent_session_id) if s.parent_session_id else None,
+        "retry_count": s.retry_count,
+        "max_retries": s.max_retries,
+        "retry_policy": s.retry_policy,
+        "retry_cause": s.retry_cause,
+        "retry_state": retry_state(
+            s.retry_count, s.max_retries, s.status_info, children.get(s.id) is not None
+        ),
+        "retry_child_id": children.get(s.id),
+        "retry_chain": chains.get(s.id, [str(s.id)]),
+    }
+
+
+def created_view(session: NewSession, owner: str, inserted: Inserted) -> dict[str, Any]:
+    """What `get_session` reads of a session the moment its create committed (PENDING, kernels
+    unplaced, no retry chain yet), from the values written: a create answers without reading."""
+    kernels = [
+        {
+            "id": kernel_id,
+            "status": KernelStatus.PENDING.value,
+            "agent_id": None,
+            "exit_code": None,
+            "cluster_role": MAIN_ROLE if idx == 0 else SUB_ROLE,
+            "service_addr": None,
+        }
+        for idx, kernel_id in enumerate(session.kernel_ids)
+    ]
+    row = SimpleNamespace(
+        **session.columns,
+        id=session.id,
+        access_key=session.access_key,
+        creation_id=session.creation_id,
+        owner=owner,
+        status=SessionStatus.PENDING.value,
+        result=None,
+        status_info={},
+        deps_json=session.depends_on,
+        kernels_json=kernels,
+        created_at=inserted.created_at,
+        status_changed_at=inserted.status_changed_at,
+        terminated_at=None,
+        parent_session_id=None,
+        retry_count=0,
+        retry_cause=None,
+    )
+    return _view(row, {}, {})
 
 
 def retry_state(

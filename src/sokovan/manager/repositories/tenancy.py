@@ -243,20 +243,13 @@ _OWNER_LIMITS = (
     .join(Domain, Domain.name == bindparam("domain_name"))
     .where(Keypair.access_key == bindparam("access_key"))
 )
-_LOCK_KEYPAIR = (
-    select(Keypair.access_key)
-    .where(Keypair.access_key == bindparam("access_key"))
-    .with_for_update(key_share=True)
-)
 
 
-async def owner_limits(conn: AsyncConnection, principal: Principal, *, lock: bool = False) -> OwnerLimits:
+async def owner_limits(conn: AsyncConnection, principal: Principal) -> OwnerLimits:
     """The limits of `principal`'s keypair policy, project and domain, in one statement.
 
-    `lock` holds the keypair row (FOR NO KEY UPDATE) until the caller's transaction ends when the
-    policy limits pending sessions, so that concurrent creations by one owner are counted against
-    that limit one after the other. Without such a limit there is nothing to race for, and
-    creations by one owner run in parallel.
+    (Creates read them from a cache; a pending limit is counted under the owner's keypair lock by
+    the create batch, `repositories.session_inserts.lock_and_count_pending`.)
     """
     params = {
         "access_key": principal.access_key,
@@ -264,8 +257,6 @@ async def owner_limits(conn: AsyncConnection, principal: Principal, *, lock: boo
         "domain_name": principal.domain_name,
     }
     row = (await conn.execute(_OWNER_LIMITS, params)).one()
-    if lock and row.max_pending_sessions is not None:
-        await conn.execute(_LOCK_KEYPAIR, {"access_key": principal.access_key})
     policy_quota = None
     if row.resource_policy is not None:
         policy_quota = quota_of(
