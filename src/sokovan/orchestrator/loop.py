@@ -1,6 +1,12 @@
 """One generic coordinator loop: a short cycle that runs when hinted and a long cycle that
 always runs. Each waits on any(hint, sleep(interval), stop); cycles of one loop never overlap.
 
+A short cycle that moved nothing spaces the next short cycle out by its own duration: hints that
+cannot lead anywhere (e.g. creates while every agent is full or held, which makes the placement
+lane re-read a window of thousands of waiting sessions) cost a lane at most half its time, and the
+process's event loop stays free for the API and the events. A cycle that moved something is
+followed at once.
+
 A cycle that fails never ends its loop: the next one tries again. While PostgreSQL or Redis is
 away (`common.outages`), the first failed cycle is logged as a warning and the rest quietly, until
 a cycle succeeds again; any other failure is logged with its traceback every time."""
@@ -9,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -39,6 +46,7 @@ class CoordinatorLoop:
         self._hint = asyncio.Event()
         self._lock = asyncio.Lock()
         self._away = False  # the last cycle failed because a service is unreachable
+        self._quiet_until = 0.0  # (monotonic) no short cycle before this
 
     def hint(self) -> None:
         self._hint.set()
@@ -51,8 +59,13 @@ class CoordinatorLoop:
             if not await _wait_any(self._hint, stop, None):
                 continue
             await asyncio.sleep(self._debounce())  # coalesce a burst of hints into one cycle
+            quiet = self._quiet_until - time.monotonic()
+            if quiet > 0:
+                await _wait_any(stop, None, quiet)
             self._hint.clear()
-            await self._run_once("short")
+            started = time.monotonic()
+            if not await self._run_once("short"):
+                self._quiet_until = time.monotonic() + (time.monotonic() - started)
 
     async def _long(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -60,19 +73,22 @@ class CoordinatorLoop:
             if not stop.is_set():
                 await self._run_once("long")
 
-    async def _run_once(self, kind: str) -> None:
+    async def _run_once(self, kind: str) -> bool:
+        """One cycle; True when it moved something."""
         async with self._lock:
             try:
                 with CYCLE_SECONDS.labels(lane=self.name).time():
                     moved = await self._cycle()
             except Exception as exc:
                 self._failed(exc, kind)
-                return
+                return False
             if self._away:
                 self._away = False
                 log.info("coordinator.services_back", coordinator=self.name)
         if moved:
+            self._quiet_until = 0.0
             self.on_moved()
+        return moved
 
     def _failed(self, exc: Exception, kind: str) -> None:
         if not is_outage(exc):

@@ -74,8 +74,21 @@ async def load_snapshots(
     tenancy = await _load_tenancy(conn, orm, sessions)
     occupied, counts = await agent_occupancy(conn)
     agents_by_sg: dict[str, list[AgentSnapshot]] = {n: [] for n in names}
-    agents = await orm.execute(select(Agent).where(Agent.scaling_group.in_(names)).order_by(Agent.id))
-    for a in agents.scalars():
+    # Plain rows, not ORM objects: a thousand agents are read every placement cycle.
+    agents = await conn.execute(
+        select(
+            Agent.id,
+            Agent.scaling_group,
+            Agent.status,
+            Agent.schedulable,
+            Agent.available_slots,
+            Agent.max_kernels,
+            Agent.images,
+        )
+        .where(Agent.scaling_group.in_(names))
+        .order_by(Agent.id)
+    )
+    for a in agents:
         agents_by_sg[a.scaling_group].append(
             AgentSnapshot(
                 id=a.id,
