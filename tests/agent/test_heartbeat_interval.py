@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -132,3 +133,18 @@ async def test_a_hollow_fleet_reads_the_interval_from_etcd(
         within=8,
     )
     assert fleet.interval.current() == 0.2
+
+
+def test_the_next_beat_is_always_after_the_time_given() -> None:
+    """On a clock of millisecond steps (uvloop's), `after - phase` often divides to just below a
+    whole number of intervals; the next beat must still come after `after`, or the fleet's
+    heartbeat loop sends one agent's beat forever without yielding."""
+    from sokovan.agent.hollow import _next_beat
+
+    rng = random.Random(7)
+    for _ in range(20_000):
+        phase = round(rng.uniform(1_000, 100_000), 3) + 1.0
+        after = round(phase + 2.0 * rng.randint(1, 1_000), 3)
+        beat = _next_beat(phase, 2.0, after)
+        assert after < beat <= after + 2.0
+    assert _next_beat(1232.568, 2.0, 1234.568) > 1234.568

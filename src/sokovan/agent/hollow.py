@@ -270,4 +270,8 @@ def _next_beat(phase: float, interval: float, after: float) -> float:
     (a loop that fell behind skips the beats it missed rather than sending them in a burst).
     """
     k = math.floor((after - phase) / interval) + 1
-    return phase + k * interval
+    beat = phase + k * interval
+    # (after - phase) / interval can round down to just below a whole number, and then the beat
+    # lands on `after` itself: the loop would send that agent's beat again and again without
+    # yielding. (A clock of millisecond steps, uvloop's, makes that common.)
+    return beat if beat > after else beat + interval

@@ -222,8 +222,8 @@ class SokovanOrchestrator:
             # A session lane that moved something runs again at once (there may be more) and
             # wakes the lanes the statuses it wrote are work for (`handoffs`).
             Hint.SCHEDULE: [
-                self._loop(f"{Hint.SCHEDULE}.{lane}", functools.partial(self.schedule.cycle_lane, lane))
-                for lane in self.schedule.lanes
+                self._loop(lane(name), functools.partial(self.schedule.cycle_lane, name))
+                for name in self.schedule.lanes
             ],
             # Retries: woken when sessions end (`handoffs`), and every long cycle (a scheduled
             # retry came due).
