@@ -77,6 +77,10 @@ from sokovan.state.kernel_writes import KernelMove
 
 log = structlog.get_logger(__name__)
 
+# The order the workers of `--workers N` deal the lanes out in: the heaviest first, so that with
+# two workers placement goes with the end lane and the two agent-call lanes go together.
+SHARE_OUT = (lane("place"), lane("prepare"), lane("end"), lane("start"))
+
 # The route lanes are hinted whenever replica sessions move; they coalesce those hints over this
 # long, so a burst of replicas starting costs them a few cycles.
 ROUTE_DEBOUNCE = 0.05
@@ -283,11 +287,15 @@ class SokovanOrchestrator:
             loop.on_moved = on_moved
         return loop
 
-    def _mine(self, lane: str) -> bool:
-        """Whether `lane` is this worker's by the share-out: every N-th lane in name order."""
-        names = sorted(loop.name for loops in self.loops.values() for loop in loops)
+    def _mine(self, name: str) -> bool:
+        """Whether lane `name` is this worker's by the share-out: every N-th lane in `SHARE_OUT`
+        order, then the others by name."""
+        names = sorted(
+            (loop.name for loops in self.loops.values() for loop in loops),
+            key=lambda n: (SHARE_OUT.index(n) if n in SHARE_OUT else len(SHARE_OUT), n),
+        )
         index, count = self._worker
-        return lane in names and names.index(lane) % count == index
+        return name in names and names.index(name) % count == index
 
     def _named(self, name: str) -> list[CoordinatorLoop]:
         """The loops a hint name stands for: a coordinator's (e.g. `schedule`) or one lane's

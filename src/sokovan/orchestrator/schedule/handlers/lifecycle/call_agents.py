@@ -37,6 +37,7 @@ from sokovan.state.session_reads import SessionWithKernels
 
 S, K = SessionStatus, KernelStatus
 STRAGGLER_WAIT = 0.5  # seconds a cycle waits for the agents' answers
+WAKE_EVERY = 0.05  # calls ending within this long wake the lane once
 FORGET_AFTER = 600.0  # an outcome no cycle asked for (the session moved on meanwhile) is dropped
 # An AgentRPCClient method taking (rpc address, kernel specs, agent id).
 AgentMethod = Callable[[AgentRPCClient, str, list[KernelSpec], str], Awaitable[object]]
@@ -78,6 +79,7 @@ class InFlight:
     wake: Callable[[], None] = lambda: None
     running: dict[uuid.UUID, asyncio.Future[str | None]] = field(default_factory=dict)
     ended: dict[uuid.UUID, tuple[float, str | None]] = field(default_factory=dict)  # → (when, failure)
+    _wake_handle: asyncio.TimerHandle | None = None
 
     def add(self, session_id: uuid.UUID, outcome: asyncio.Future[str | None]) -> None:
         self.running[session_id] = outcome
@@ -88,6 +90,17 @@ class InFlight:
         failure = None if outcome.cancelled() or outcome.exception() is None else str(outcome.exception())
         reason = "call cancelled" if outcome.cancelled() else failure or outcome.result()
         self.ended[session_id] = (time.monotonic(), reason)
+        # One wake for the calls that end within `WAKE_EVERY` (a wake per call would re-read the
+        # lane's whole batch once per agent); the last call out wakes at once.
+        if not self.running:
+            self._wake_now()
+        elif self._wake_handle is None:
+            self._wake_handle = asyncio.get_running_loop().call_later(WAKE_EVERY, self._wake_now)
+
+    def _wake_now(self) -> None:
+        if self._wake_handle is not None:
+            self._wake_handle.cancel()
+            self._wake_handle = None
         self.wake()
 
     def collect(
