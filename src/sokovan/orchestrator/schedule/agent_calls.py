@@ -75,7 +75,8 @@ async def fan_out(
             per_agent[target].setdefault(session.id, []).append((session, kernel))
             agents_of.setdefault(session.id, {})[target] = None
     calls = {t: asyncio.ensure_future(_to_agent(t, items, call, size)) for t, items in per_agent.items()}
-    await _answers(list(calls.values()), wait if late is not None else None)
+    if calls:
+        await asyncio.wait(calls.values(), timeout=wait if late is not None else None)
     for session in sessions:
         mine = [calls[t] for t in agents_of.get(session.id, {})]
         if session.id not in failed and not all(task.done() for task in mine):
@@ -88,26 +89,6 @@ async def fan_out(
         else:
             result.successes.append(session.id)
     return result
-
-
-STALL = 0.2  # seconds without any answer after which the calls still out are stragglers
-
-
-async def _answers(calls: Calls, wait: float | None) -> None:
-    """Wait for the calls' answers: all of them without `wait`; else at least `wait` seconds, and
-    then for as long as answers keep coming (a large batch under load is not cut short), until
-    `STALL` seconds pass without one: the calls still out then are stragglers."""
-    pending = set(calls)
-    if not pending or wait is None:
-        if pending:
-            await asyncio.wait(pending)
-        return
-    loop = asyncio.get_running_loop()
-    until = loop.time() + wait
-    while pending:
-        done, pending = await asyncio.wait(pending, timeout=max(until - loop.time(), STALL))
-        if not done and loop.time() >= until:
-            return
 
 
 def _failure_of(session_id: uuid.UUID, calls: Calls) -> str | None:

@@ -8,9 +8,8 @@ A failed call is a failure of that stage (retried, then the session is reschedul
 for one agent go in calls that stay under its body limit; a session too large for one call fails
 alone, never the others of the batch.
 
-All agents are called at once, and their answers are awaited `STRAGGLER_WAIT` seconds, then for
-as long as answers keep coming (`agent_calls.STALL`): the sessions of an agent still out then are
-carried on in the background (`InFlight`) and left out of
+All agents are called at once, and their answers are awaited `STRAGGLER_WAIT` seconds only: the
+sessions of an agent that is slower are carried on in the background (`InFlight`) and left out of
 the next cycles while their calls run; when the calls end, the lane is woken and its next cycle
 reports them. One slow agent never holds other agents' sessions, or the lane, back.
 """
