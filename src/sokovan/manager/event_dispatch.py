@@ -2,7 +2,7 @@
 
 With `follow` (the orchestrator's `follow_kernels`), the sessions whose kernels moved are promoted
 right after the events are applied (e.g. CREATING → RUNNING once the last kernel runs), and the
-lanes that picks up next are woken; without it, or when it fails, the schedule lanes are hinted
+lanes that pick the sessions up next are woken; without it, or when it fails, the schedule lanes are hinted
 and their promotion handlers do it on their next cycle."""
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from sokovan.bus.user_events import UserEventPublisher, publish
 from sokovan.common.events import KERNEL_EVENT_TYPES, AgentEvent, AgentHeartbeat, AgentStopping
 from sokovan.common.metrics import EVENTS_CONSUMED
 from sokovan.manager.repositories.agents import record_heartbeats
+from sokovan.orchestrator.schedule.handoffs import PLACE
 from sokovan.state.kernel_events import KernelEvent, KernelEventApplier
 from sokovan.state.kernel_writes import KernelMove
 
 log = structlog.get_logger(__name__)
 
 Follow = Callable[[Sequence[KernelMove]], Awaitable[None]]
-PLACE = f"{Hint.SCHEDULE}.place"
 
 
 class EventDispatcher:

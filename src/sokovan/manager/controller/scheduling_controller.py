@@ -45,13 +45,13 @@ from sokovan.manager.repositories.sessions_read import created_view, visible
 from sokovan.manager.repositories.tenancy import OwnerLimits, Principal, owner_limits
 from sokovan.orchestrator.provisioner.dry_run import DryRunRequest, DryRunResult, dry_run
 from sokovan.orchestrator.retry.policy import effective_policy
+from sokovan.orchestrator.schedule.handoffs import PLACE
 from sokovan.state.session_writes import SessionTransition, apply_session_transitions
 
 log = structlog.get_logger(__name__)
 
 TERMINATE_HANDLER = "api.terminate"
 HINT_COALESCE = 0.005
-PLACE_LANE = f"{Hint.SCHEDULE}.place"  # the lane a new session is work for
 # Statuses a terminate request moves to TERMINATING: the session holds (or is getting) kernels.
 STARTED = frozenset(
     {
@@ -212,7 +212,7 @@ class SchedulingController:
 
     # -- shared -------------------------------------------------------------------------------
 
-    def _hint(self, name: str = PLACE_LANE) -> None:
+    def _hint(self, name: str = PLACE) -> None:
         """Hint the schedulers, at most once per `HINT_COALESCE` seconds per process: a burst of
         requests becomes one hint, and the last request is never left without one. A create wakes
         the placement lane only; a terminate (`Hint.SCHEDULE`) every session lane."""
