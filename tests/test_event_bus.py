@@ -94,3 +94,51 @@ async def test_the_backlog_counts_what_the_managers_have_not_read(
     for n in range(5):
         await EventPublisher(redis, prefix, secret).publish(running(n))
     assert await consumer_backlog(redis, prefix) == 5
+
+
+async def test_every_read_is_reported_and_one_that_applies_nothing_as_a_failure(
+    redis: aioredis.Redis, settings: Settings
+) -> None:
+    """The node lane's `Watch` hears of each read: idle and applied ones are good, a read whose
+    events all failed (the database away) is not, and neither is a consumer that broke off."""
+    prefix = own_prefix(settings)
+    secret = settings.cluster_secret or ""
+    publisher = EventPublisher(redis, prefix, secret)
+    reports: list[bool] = []
+    away = {"db": True}
+
+    async def handler(events: list[AgentEvent]) -> None:
+        if away["db"]:
+            raise ConnectionRefusedError("database away")
+
+    stop = asyncio.Event()
+    consumer = EventConsumer(redis, prefix, secret, "c4", handler, block_ms=100, on_read=reports.append)
+    await consumer.ensure_group()
+    task = asyncio.create_task(consumer.run(stop))
+    try:
+        await asyncio.sleep(0.3)
+        assert reports and all(reports)  # idle reads got through
+        await publisher.publish(running(1))
+        for _ in range(100):
+            if not reports[-1]:
+                break
+            await asyncio.sleep(0.02)
+        assert reports[-1] is False
+        away["db"] = False
+        await publisher.publish(running(2))
+        for _ in range(100):
+            if reports[-1]:
+                break
+            await asyncio.sleep(0.02)
+        assert reports[-1] is True
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+    reports.clear()
+    await redis.delete(stream_key(prefix))  # NOGROUP is mended; an unreadable key is not
+    await redis.set(stream_key(prefix), "not a stream")
+    try:
+        await asyncio.wait_for(consumer.run(asyncio.Event()), 5)
+    except Exception:
+        pass
+    assert reports == [False]

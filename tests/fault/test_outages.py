@@ -21,9 +21,12 @@ from typing import Any
 import aiohttp
 import pytest
 import redis.asyncio as aioredis
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from sokovan.bus.streams import stream_key
 from sokovan.common.settings import Settings
+from sokovan.db.models import AgentHistory
 from sokovan.harness import ManagerProc, wait_agents
 from tests.fault.harness import AgentProc, Api, put_config, settle
 from tests.fault.outage_proxy import OutageProxy, target_of, via
@@ -143,14 +146,18 @@ async def _ride_out(cluster: Cluster, service: str, seconds: float) -> dict[int,
     return statuses
 
 
-async def test_redis_away_for_20s(cluster: Cluster) -> None:
+async def test_redis_away_for_20s(cluster: Cluster, settings: Settings) -> None:
     statuses = await _ride_out(cluster, "redis", 20)
     assert 500 not in statuses
+    assert await _gone_down(settings) == []
 
 
-async def test_postgres_restarts(cluster: Cluster) -> None:
+async def test_postgres_restarts(cluster: Cluster, settings: Settings) -> None:
     statuses = await _ride_out(cluster, "postgres", 15)
     assert statuses.get(503, 0) > 0, statuses  # every create needs the database
+    # The beats sent while the database was away never reached it; that silence was the
+    # manager's, and no agent is DOWN for it (not even one whose first beat after came late).
+    assert await _gone_down(settings) == []
 
 
 async def test_etcd_away_and_config_resumes(cluster: Cluster, settings: Settings) -> None:
@@ -167,6 +174,17 @@ async def test_etcd_away_and_config_resumes(cluster: Cluster, settings: Settings
     assert statuses.get(201, 0) > 0, statuses  # creates need no etcd
     await put_config(settings, "node_lifecycle", {**_lifecycle(), "heartbeat_timeout": 4.0})
     await _until(cluster.api, path, lambda d: d["heartbeat_timeout"] == 4.0, "a change after restore")
+
+
+async def _gone_down(settings: Settings) -> list[str]:
+    """The agents declared DOWN since the cluster was set up."""
+    engine = create_async_engine(settings.db_url)
+    try:
+        async with engine.connect() as conn:
+            rows = await conn.execute(select(AgentHistory.agent_id).where(AgentHistory.to_status == "DOWN"))
+            return [r.agent_id for r in rows]
+    finally:
+        await engine.dispose()
 
 
 def _lifecycle() -> dict[str, Any]:

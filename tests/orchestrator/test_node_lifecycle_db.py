@@ -20,6 +20,7 @@ from sokovan.db.models import Agent, AgentHistory, Kernel, Session
 from sokovan.manager.repositories.agents import record_heartbeats
 from sokovan.orchestrator.node.backlog import BACKLOG_LIMIT, Backlog
 from sokovan.orchestrator.node.coordinator import NodeCoordinator
+from sokovan.orchestrator.node.watch import Watch
 from sokovan.orchestrator.orchestrator import node_lanes, session_handlers
 from sokovan.orchestrator.schedule.coordinator import ScheduleCoordinator
 from tests.orchestrator.db_seed import Seed
@@ -49,12 +50,17 @@ def config(**overrides: object) -> ClusterConfig:
 
 
 def nodes(
-    engine: AsyncEngine, cfg: ClusterConfig, events: Collect | None = None, backlog: int = 0
+    engine: AsyncEngine,
+    cfg: ClusterConfig,
+    events: Collect | None = None,
+    backlog: int = 0,
+    watch: Watch | None = None,
 ) -> NodeCoordinator:
     async def unread() -> int:
         return backlog
 
-    return NodeCoordinator(engine, node_lanes(engine, cfg, events, Backlog(unread)), events=events)  # type: ignore[arg-type]
+    lanes = node_lanes(engine, cfg, events, Backlog(unread), watch)  # type: ignore[arg-type]
+    return NodeCoordinator(engine, lanes, events=events)  # type: ignore[arg-type]
 
 
 async def silent_for(engine: AsyncEngine, seconds: float, *agents: str) -> None:
@@ -191,6 +197,43 @@ async def test_no_agent_is_judged_silent_while_the_managers_lag(engine: AsyncEng
     assert (await statuses(engine))["quiet"] == "READY"
     await nodes(engine, config()).cycle()
     assert (await statuses(engine))["quiet"] == "DEGRADED"
+
+
+ALIVE = {f"alive{i}": "READY" for i in range(3)}
+
+
+async def test_no_silence_is_judged_while_reports_do_not_reach_the_manager_nor_from_before(
+    engine: AsyncEngine,
+) -> None:
+    """The database (or Redis) was away: the agents' beats of that time never reached the table.
+    Nobody is judged while the consumer's reads fail, and once they resume every agent's silence
+    counts from then: the agents whose first beat is still on its way are not DOWN for our outage."""
+    seed = await Seed(engine).tenancy()
+    await seed.agent("ready")
+    await seed.agent("degraded", status=A.DEGRADED)
+    await seed.agent("draining", status=A.DRAINING)
+    await seed.session(status=SessionStatus.RUNNING, kernel_status=KernelStatus.RUNNING, agent_id="draining")
+    for i in range(3):  # so that the three silent ones are no mass silence
+        await seed.agent(f"alive{i}")
+    await silent_for(engine, 0, "alive0", "alive1", "alive2")
+    await silent_for(engine, 40, "ready", "degraded", "draining")  # past timeout plus grace (30)
+    watch = Watch(stale=60)
+    watch.report(True, dt.datetime.now(dt.UTC) - dt.timedelta(seconds=50))
+    watch.report(False)  # the reads broke off
+    coordinator = nodes(engine, config(), watch=watch)
+    before = {**ALIVE, "ready": "READY", "degraded": "DEGRADED", "draining": "DRAINING"}
+    await coordinator.cycle()
+    assert (await statuses(engine)) == before
+    watch.report(True)  # they resumed just now
+    await coordinator.cycle()
+    assert (await statuses(engine)) == before
+    # Reads that resumed long enough ago: the silence since then counts as before.
+    watch = Watch(stale=60)
+    watch.report(True, dt.datetime.now(dt.UTC) - dt.timedelta(seconds=45))
+    watch.report(True)
+    await nodes(engine, config(), watch=watch).cycle()
+    after = {**ALIVE, "ready": "DOWN", "degraded": "DOWN", "draining": "DRAINED"}  # one cycle: both steps
+    assert (await statuses(engine)) == after
 
 
 async def test_timers_change_live_and_an_invalid_value_is_ignored_whole(engine: AsyncEngine) -> None:

@@ -108,6 +108,7 @@ class EventConsumer:
         batch: int = 1000,
         block_ms: int = 1000,
         claim_idle_ms: int = 30_000,
+        on_read: Callable[[bool], None] | None = None,
     ) -> None:
         self._redis = redis
         self._key = stream_key(prefix)
@@ -118,6 +119,7 @@ class EventConsumer:
         self._batch = batch
         self._block_ms = block_ms
         self._claim_idle_ms = claim_idle_ms
+        self._on_read = on_read or (lambda ok: None)
 
     async def ensure_group(self) -> None:
         try:
@@ -127,6 +129,15 @@ class EventConsumer:
                 raise
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Read until `stop`; `on_read` hears of every read: whether it got through and what it
+        held was applied (an idle stream answers a read within `block_ms`)."""
+        try:
+            await self._run(stop)
+        except Exception:  # an outage (restarted by its supervisor) or a fault: reads broke off
+            self._on_read(False)
+            raise
+
+    async def _run(self, stop: asyncio.Event) -> None:
         await self.ensure_group()
         await self._claim_stale()
         last_claim = asyncio.get_running_loop().time()
@@ -140,8 +151,10 @@ class EventConsumer:
                     await self.ensure_group()
                     continue
                 raise
+            ok = True
             for _stream, entries in reply or []:
-                await self._dispatch(entries)
+                ok = await self._dispatch(entries) and ok
+            self._on_read(ok)
             now = asyncio.get_running_loop().time()
             if now - last_claim > self._claim_idle_ms / 1000:
                 await self._claim_stale()
@@ -159,7 +172,8 @@ class EventConsumer:
             if not entries or start in (b"0-0", "0-0"):
                 return
 
-    async def _dispatch(self, entries: list[tuple[Any, dict[Any, Any]]]) -> None:
+    async def _dispatch(self, entries: list[tuple[Any, dict[Any, Any]]]) -> bool:
+        """Apply `entries`; False when there were events and none of them could be applied."""
         ids: list[Any] = []
         events: list[AgentEvent] = []
         done: list[Any] = []
@@ -190,15 +204,19 @@ class EventConsumer:
                     entry_id, "replayed", f"nonce {sealed.nonce} seen already", sealed.event.agent_id
                 )
                 done.append(entry_id)
+        applied = not events
         if events:
             if await self._handle(events):
                 done.extend(ids)
+                applied = True
             else:
                 for entry_id, event in zip(ids, events, strict=True):
                     if await self._handle([event], tries=1):
                         done.append(entry_id)
+                        applied = True
         if done:
             await self._redis.xack(self._key, GROUP, *done)
+        return applied
 
     async def _first_seen(self, signed: list[tuple[Any, SealedEvent, float]], now: float) -> list[bool]:
         """Whether each entry is the first to carry its nonce (or that entry again), in one round trip.

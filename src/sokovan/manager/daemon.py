@@ -43,6 +43,7 @@ from sokovan.manager.context import ManagerContext
 from sokovan.manager.controller.replica_sessions import ControllerReplicas
 from sokovan.manager.controller.scheduling_controller import SchedulingController
 from sokovan.manager.event_dispatch import EventDispatcher
+from sokovan.orchestrator.node.watch import Watch
 from sokovan.orchestrator.orchestrator import Serving, SokovanOrchestrator
 
 log = structlog.get_logger(__name__)
@@ -131,6 +132,7 @@ async def _serve_until_stopped(
     ctx = ManagerContext(settings=settings, engine=engine, redis=redis, etcd=etcd, hints=hints, rpc=rpc)
     # Replicas are created and ended through the same controller as the API's sessions.
     replicas = ControllerReplicas(SchedulingController(ctx, config), engine)
+    watch = Watch()  # whether the agents' reports reach this manager: the consumer feeds it
     orchestrator = SokovanOrchestrator(
         engine,
         rpc,
@@ -140,6 +142,7 @@ async def _serve_until_stopped(
         serving=Serving(RoutingBus(redis, settings.etcd_prefix, settings.cluster_secret), replicas),
         publish=hints.hint,
         worker=worker_of(os.environ.get(WORKER_ENV)),
+        watch=watch,
     )
     consumer = EventConsumer(
         redis,
@@ -147,6 +150,7 @@ async def _serve_until_stopped(
         settings.cluster_secret,
         consumer=f"{socket.gethostname()}-{os.getpid()}",
         handler=EventDispatcher(engine, hints, events, follow=orchestrator.follow_kernels),
+        on_read=watch.report,
     )
     runner = web.AppRunner(create_app(ctx, config), access_log=None)
     await runner.setup()

@@ -44,6 +44,7 @@ from sokovan.orchestrator.node.handlers.count_agents import CountAgents
 from sokovan.orchestrator.node.handlers.detect_silence import DetectSilence
 from sokovan.orchestrator.node.handlers.expire_boot import ExpireBoot
 from sokovan.orchestrator.node.mass_silence import Holds
+from sokovan.orchestrator.node.watch import Watch
 from sokovan.orchestrator.retry.engine import RetryCoordinator
 from sokovan.orchestrator.route.coordinator import RouteCoordinator
 from sokovan.orchestrator.route.handler import RouteHandler
@@ -162,13 +163,18 @@ def route_lanes(engine: AsyncEngine, serving: Serving) -> dict[str, list[RouteHa
 
 
 def node_lanes(
-    engine: AsyncEngine, config: ClusterConfig, events: UserEventPublisher | None, backlog: Backlog
+    engine: AsyncEngine,
+    config: ClusterConfig,
+    events: UserEventPublisher | None,
+    backlog: Backlog,
+    watch: Watch | None = None,
 ) -> dict[str, list[NodeHandler]]:
-    """The node lifecycle: silence first (READY → DEGRADED → DOWN), then boots and drains."""
-    holds = Holds()  # mass silences: ConfirmDown keeps them, CompleteDrain heeds them
+    """The node lifecycle: silence first (READY → DEGRADED → DOWN), then boots and drains.
+    `watch`: whether the agents' reports reach this manager (fed by its event consumer)."""
+    holds = Holds(watch)  # mass silences: ConfirmDown keeps them, the others heed them
     return {
         "nodes": [
-            DetectSilence(config, backlog),
+            DetectSilence(config, backlog, holds),
             ConfirmDown(config, backlog, events, holds),
             ExpireBoot(config),
             CompleteDrain(engine, config, holds),
@@ -186,7 +192,8 @@ class SokovanOrchestrator:
     """`publish` sends a hint to every manager (`bus.hints`): how a lane held by another manager
     is woken. Without it (one manager, tests) every wake is local. `worker` (index, count): this
     process is one of the workers of `sokovan manager --workers count`; they share the lanes out
-    (`locks`), so that every core orchestrates."""
+    (`locks`), so that every core orchestrates. `watch` is fed by the manager's event consumer:
+    the node lane judges no agent's silence while the reports do not reach it (`node.watch`)."""
 
     def __init__(
         self,
@@ -198,6 +205,7 @@ class SokovanOrchestrator:
         serving: Serving | None = None,
         publish: Callable[[str], Awaitable[None]] | None = None,
         worker: tuple[int, int] = (0, 1),
+        watch: Watch | None = None,
     ) -> None:
         self.config = config
         # One set of lane locks for the whole manager: the lanes it holds, it keeps (`locks`).
@@ -217,7 +225,7 @@ class SokovanOrchestrator:
         retry = RetryCoordinator(engine, config, self.lock, events)
         maintenance = MaintenanceCoordinator(engine, rpc, config, self.lock)
         self.nodes = NodeCoordinator(
-            engine, node_lanes(engine, config, events, Backlog(backlog)), self.lock, events
+            engine, node_lanes(engine, config, events, Backlog(backlog), watch), self.lock, events
         )
         self.nodes.on_wake = self.wake
         # What these lanes move is the sessions' business: they wake every session lane.

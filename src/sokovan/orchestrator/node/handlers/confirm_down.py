@@ -19,7 +19,7 @@ from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
 from sokovan.common.metrics import MASS_SILENCE, MASS_SILENCE_HOLDS
 from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.node.backlog import Backlog
-from sokovan.orchestrator.node.handler import A, AgentRow, NodeHandler, NodeResult, Verdict, silence
+from sokovan.orchestrator.node.handler import A, AgentRow, NodeHandler, NodeResult, Verdict
 from sokovan.orchestrator.node.mass_silence import MONITORED, GroupSilence, Holds, group_silence
 
 log = structlog.get_logger(__name__)
@@ -41,18 +41,18 @@ class ConfirmDown(NodeHandler):
 
     async def execute(self, rows: Sequence[AgentRow]) -> NodeResult:
         result = NodeResult()
-        if await self._backlog.lagging():
+        now = dt.datetime.now(dt.UTC)
+        if self._holds.blind(now) or await self._backlog.lagging():
             return result
         settings = self._config.node_lifecycle
-        now = dt.datetime.now(dt.UTC)
-        groups = group_silence(rows, now, settings.heartbeat_timeout)
+        groups = group_silence(rows, now, settings.heartbeat_timeout, self._holds.observed)
         await self._track_holds(groups, now)
         for row in rows:
             if row.status != A.DEGRADED:
                 continue
-            quiet = silence(row, now)
+            quiet = self._holds.silence(row, now)
             grace = settings.grace_period.of(row.agent_class)
-            if self._holds.silence(row, now) <= settings.heartbeat_timeout + grace:
+            if quiet <= settings.heartbeat_timeout + grace:
                 continue
             if row.scaling_group in self._holds.held:
                 group = groups[row.scaling_group]

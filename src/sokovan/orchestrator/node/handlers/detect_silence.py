@@ -1,5 +1,6 @@
 """READY → DEGRADED: an agent silent for longer than `heartbeat_timeout` takes no new kernels;
-its running ones are left alone (a heartbeat within the grace brings it back to READY)."""
+its running ones are left alone (a heartbeat within the grace brings it back to READY). No agent
+is judged while the reports do not reach this manager, nor from before they resumed (`watch`)."""
 
 from __future__ import annotations
 
@@ -8,25 +9,27 @@ from collections.abc import Sequence
 
 from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.node.backlog import Backlog
-from sokovan.orchestrator.node.handler import A, AgentRow, NodeHandler, NodeResult, Verdict, silence
+from sokovan.orchestrator.node.handler import A, AgentRow, NodeHandler, NodeResult, Verdict
+from sokovan.orchestrator.node.mass_silence import Holds
 
 
 class DetectSilence(NodeHandler):
     targets = frozenset({A.READY})
     moves_to = A.DEGRADED
 
-    def __init__(self, config: ClusterConfig, backlog: Backlog) -> None:
+    def __init__(self, config: ClusterConfig, backlog: Backlog, holds: Holds) -> None:
         self._config = config
         self._backlog = backlog
+        self._holds = holds
 
     async def execute(self, rows: Sequence[AgentRow]) -> NodeResult:
         result = NodeResult()
-        if await self._backlog.lagging():
+        now = dt.datetime.now(dt.UTC)
+        if self._holds.blind(now) or await self._backlog.lagging():
             return result
         timeout = self._config.node_lifecycle.heartbeat_timeout
-        now = dt.datetime.now(dt.UTC)
         for row in rows:
-            quiet = silence(row, now)
+            quiet = self._holds.silence(row, now)
             if quiet > timeout:  # strictly longer than the timeout
                 result.moves[row.id] = Verdict(f"no heartbeat for {quiet:.1f}s (timeout {timeout:g}s)")
         return result
