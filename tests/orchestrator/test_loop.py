@@ -38,3 +38,43 @@ async def test_fruitless_hinted_cycles_take_at_most_half_the_lane() -> None:
 
 async def test_a_cycle_that_moved_something_is_followed_at_once() -> None:
     assert await _run_hinted(moves=True, seconds=1.3) >= 4
+
+
+async def _started_after_hint(debounce: float, busy_for: float) -> tuple[float, int]:
+    """Seconds from a hint to its cycle's start when the lane's last cycle ended `busy_for` ago
+    (a very long value: the lane was idle), and how many cycles ten more hints within 1 ms made."""
+    starts: list[float] = []
+
+    async def cycle() -> bool:
+        starts.append(asyncio.get_running_loop().time())
+        return False
+
+    loop = CoordinatorLoop("test", cycle, long_interval=lambda: 3600, debounce=lambda: debounce)
+    stop = asyncio.Event()
+    runner = asyncio.create_task(loop.run(stop))
+    await asyncio.sleep(0.01)
+    if busy_for < 1:
+        loop.hint()
+        while not starts:
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(busy_for)
+    before = len(starts)
+    hinted = asyncio.get_running_loop().time()
+    loop.hint()
+    while len(starts) == before:
+        await asyncio.sleep(0.001)
+    delay = starts[-1] - hinted
+    for _ in range(10):
+        loop.hint()
+    await asyncio.sleep(debounce * 3 + 0.05)
+    stop.set()
+    await runner
+    return delay, len(starts) - before - 1
+
+
+async def test_a_hint_to_an_idle_lane_runs_at_once_and_a_burst_makes_one_cycle() -> None:
+    delay, burst = await _started_after_hint(debounce=0.2, busy_for=3600)
+    assert delay < 0.1  # not the 0.2 s debounce
+    assert burst == 1  # ten hints right after a cycle: one more cycle
+    delay, _ = await _started_after_hint(debounce=0.2, busy_for=0.0)
+    assert delay >= 0.15  # right after a cycle: the rest of the debounce

@@ -1,6 +1,10 @@
 """One generic coordinator loop: a short cycle that runs when hinted and a long cycle that
 always runs. Each waits on any(hint, sleep(interval), stop); cycles of one loop never overlap.
 
+A hint to an idle lane starts its cycle at once; hints that arrive while a cycle runs, or within
+the debounce (`loops.short_cycle_debounce`) of its end, are coalesced into the next one (batched by
+arrival, not by a timer).
+
 A short cycle that moved nothing spaces the next short cycle out by its own duration: hints that
 cannot lead anywhere (e.g. creates while every agent is full or held, which makes the placement
 lane re-read a window of thousands of waiting sessions) cost a lane at most half its time, and the
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Awaitable, Callable
 
@@ -47,6 +52,7 @@ class CoordinatorLoop:
         self._lock = asyncio.Lock()
         self._away = False  # the last cycle failed because a service is unreachable
         self._quiet_until = 0.0  # (monotonic) no short cycle before this
+        self._ended = -math.inf  # (monotonic) when the last short cycle ended
 
     def hint(self) -> None:
         self._hint.set()
@@ -58,7 +64,11 @@ class CoordinatorLoop:
         while not stop.is_set():
             if not await _wait_any(self._hint, stop, None):
                 continue
-            await asyncio.sleep(self._debounce())  # coalesce a burst of hints into one cycle
+            # A hint to an idle lane runs at once; one within the debounce of the last cycle's
+            # end waits out the rest of it, so a burst of hints is coalesced into one cycle.
+            settle = self._debounce() - (time.monotonic() - self._ended)
+            if settle > 0:
+                await asyncio.sleep(settle)
             quiet = self._quiet_until - time.monotonic()
             if quiet > 0:
                 await _wait_any(stop, None, quiet)
@@ -66,6 +76,7 @@ class CoordinatorLoop:
             started = time.monotonic()
             if not await self._run_once("short"):
                 self._quiet_until = time.monotonic() + (time.monotonic() - started)
+            self._ended = time.monotonic()
 
     async def _long(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -29,7 +29,6 @@ from sokovan.common.preemption import (
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus, SessionStatus
 from sokovan.db.models import (
-    Agent,
     Domain,
     Kernel,
     Keypair,
@@ -38,6 +37,7 @@ from sokovan.db.models import (
     ScalingGroup,
     Session,
 )
+from sokovan.orchestrator.provisioner.agent_statics import AGENT_STATICS
 from sokovan.orchestrator.provisioner.snapshot import (
     AgentSnapshot,
     Candidate,
@@ -74,31 +74,19 @@ async def load_snapshots(
     tenancy = await _load_tenancy(conn, orm, sessions)
     occupied, counts = await agent_occupancy(conn)
     agents_by_sg: dict[str, list[AgentSnapshot]] = {n: [] for n in names}
-    # Plain rows, not ORM objects: a thousand agents are read every placement cycle.
-    agents = await conn.execute(
-        select(
-            Agent.id,
-            Agent.scaling_group,
-            Agent.status,
-            Agent.schedulable,
-            Agent.available_slots,
-            Agent.max_kernels,
-            Agent.images,
-        )
-        .where(Agent.scaling_group.in_(names))
-        .order_by(Agent.id)
-    )
-    for a in agents:
+    # A thousand agents are read every placement cycle: their capacity and images are parsed
+    # once per change (`agent_statics`).
+    for a in await AGENT_STATICS.read(conn, names):
         agents_by_sg[a.scaling_group].append(
             AgentSnapshot(
                 id=a.id,
                 status=AgentStatus(a.status),
                 schedulable=a.schedulable,
-                available=ResourceSlots.from_json(a.available_slots),
+                available=a.statics.available,
                 occupied=occupied.get(a.id, ResourceSlots()),
                 kernel_count=counts.get(a.id, 0),
                 max_kernels=a.max_kernels,
-                images=frozenset(a.images or ()),
+                images=a.statics.images,
             )
         )
     out: dict[str, ScalingGroupSnapshot] = {}

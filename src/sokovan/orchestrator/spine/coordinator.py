@@ -162,9 +162,10 @@ class Coordinator(Generic[HandlerT, RowT, ChangeT, ResultT]):
             HANDLER_RUNS.labels(handler=handler, result=result).inc()
         for src, dst in applied.moved.values():
             self.kind.count_move(src, dst)
-        await publish(self._events, applied.events)
+        # The next lanes first: the users' events need not hold up the hand-off.
         for name in applied.wake | self.next_lanes(frozenset(dst for _, dst in applied.moved.values())):
             self.on_wake(name)
+        await publish(self._events, applied.events)
         if applied.moved:
             moves = Counter(f"{src}->{dst}" for src, dst in applied.moved.values())
             log.info(f"{self.kind.entity}s.moved", **dict(moves))
