@@ -44,26 +44,29 @@ async def _started_after_hint(debounce: float, busy_for: float) -> tuple[float, 
     """Seconds from a hint to its cycle's start when the lane's last cycle ended `busy_for` ago
     (a very long value: the lane was idle), and how many cycles ten more hints within 1 ms made."""
     starts: list[float] = []
+    started = asyncio.Event()
 
     async def cycle() -> bool:
         starts.append(asyncio.get_running_loop().time())
+        started.set()
         return False
+
+    async def hinted_start() -> float:
+        started.clear()
+        at = asyncio.get_running_loop().time()
+        loop.hint()
+        await asyncio.wait_for(started.wait(), 5)
+        return starts[-1] - at
 
     loop = CoordinatorLoop("test", cycle, long_interval=lambda: 3600, debounce=lambda: debounce)
     stop = asyncio.Event()
     runner = asyncio.create_task(loop.run(stop))
     await asyncio.sleep(0.01)
     if busy_for < 1:
-        loop.hint()
-        while not starts:
-            await asyncio.sleep(0.001)
+        await hinted_start()
         await asyncio.sleep(busy_for)
     before = len(starts)
-    hinted = asyncio.get_running_loop().time()
-    loop.hint()
-    while len(starts) == before:
-        await asyncio.sleep(0.001)
-    delay = starts[-1] - hinted
+    delay = await hinted_start()
     for _ in range(10):
         loop.hint()
     await asyncio.sleep(debounce * 3 + 0.05)
