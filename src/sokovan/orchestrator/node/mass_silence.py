@@ -43,11 +43,11 @@ def group_silence(
             groups[agent.scaling_group].append(agent)
     out = {}
     for name, members in groups.items():
-        silent = {a.id: q for a in members if (q := quiet(a, now)) > timeout}
+        silent = [q for a in members if (q := quiet(a, now)) > timeout]
         together = 0
         if silent:
-            newest = min(silent.values())  # the one that fell silent last
-            together = sum(1 for q in silent.values() if q - newest <= timeout)
+            newest = min(silent)  # the one that fell silent last
+            together = sum(1 for q in silent if q - newest <= timeout)
         out[name] = GroupSilence(name, len(members), together)
     return out
 

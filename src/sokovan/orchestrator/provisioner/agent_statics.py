@@ -72,13 +72,13 @@ class AgentStatics:
         if len(self._by_id) > 2 * len(rows) + 1000:  # agents gone (or of other groups): start over
             keep = {r.id for r in rows}
             self._by_id = {k: v for k, v in self._by_id.items() if k in keep}
-        out = []
-        for r in rows:
-            statics = self._by_id[r.id]
-            if statics.fingerprint != r.fingerprint:  # changed between the two reads: as first read
-                statics = await self._one(conn, r.id)
-            out.append(AgentRead(r.id, r.scaling_group, r.status, r.schedulable, r.max_kernels, statics))
-        return out
+        # An agent whose columns changed between the two reads gets its newest (one consistent
+        # row); one deleted between them is left out.
+        return [
+            AgentRead(r.id, r.scaling_group, r.status, r.schedulable, r.max_kernels, self._by_id[r.id])
+            for r in rows
+            if r.id in self._by_id
+        ]
 
     async def _parse(self, conn: AsyncConnection, ids: list[str]) -> None:
         parsed = await conn.execute(
@@ -86,19 +86,6 @@ class AgentStatics:
         )
         for r in parsed:
             self._by_id[r.id] = _statics(r)
-
-    async def _one(self, conn: AsyncConnection, agent_id: str) -> Statics:
-        """An agent whose columns changed between the digest read and the parse: its columns as of
-        the first read are gone, so the snapshot takes its newest (still one consistent row)."""
-        row = (
-            await conn.execute(
-                select(Agent.id, Agent.available_slots, Agent.images, _FINGERPRINT).where(
-                    Agent.id == agent_id
-                )
-            )
-        ).one()
-        self._by_id[agent_id] = statics = _statics(row)
-        return statics
 
 
 def _statics(row: Any) -> Statics:
