@@ -74,9 +74,11 @@ class AppliedTransitions:
     owners: dict[uuid.UUID, str] = field(default_factory=dict)
     # the moved sessions that are replicas of a deployment (their routes care)
     replicas_moved: set[uuid.UUID] = field(default_factory=set)
+    # session id → its new pending_reason, for the sessions that stayed PENDING with a new reason
+    reasons: dict[uuid.UUID, str] = field(default_factory=dict)
 
     def events(self) -> list[UserEvent]:
-        return [
+        moved = [
             UserEvent(
                 name="session.status",
                 session_id=str(sid),
@@ -85,6 +87,16 @@ class AppliedTransitions:
                 owner=self.owners.get(sid),
             )
             for sid, (src, dst) in self.moved.items()
+        ]
+        return moved + [
+            UserEvent(
+                name="session.pending_reason",
+                session_id=str(sid),
+                owner=self.owners.get(sid),
+                detail={"pending_reason": reason},
+            )
+            for sid, reason in self.reasons.items()
+            if sid not in self.moved
         ]
 
 
@@ -166,6 +178,11 @@ async def apply_session_transitions(
             out.owners[t.session_id] = owners[t.session_id]
             if t.session_id in replicas:
                 out.replicas_moved.add(t.session_id)
+        elif target == SessionStatus.PENDING and new_info.get("pending_reason") != info.get("pending_reason"):
+            reason = new_info.get("pending_reason")
+            if reason:
+                out.reasons[t.session_id] = reason
+                out.owners[t.session_id] = owners[t.session_id]
         if t.kernel_to is not None:
             kernel_moves.setdefault((t.kernel_to, t.kernel_expected), []).append(t.session_id)
         # Cache the new state so two transitions of one session in a batch chain correctly.

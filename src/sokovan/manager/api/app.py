@@ -12,6 +12,7 @@ from sokovan.config.cluster import ClusterConfig
 from sokovan.manager.api import (
     agents,
     config,
+    console,
     deployments,
     events,
     health,
@@ -20,6 +21,7 @@ from sokovan.manager.api import (
     policies,
     scaling_groups,
     sessions,
+    whoami,
 )
 from sokovan.manager.api.auth import CTX_KEY, auth_middleware
 from sokovan.manager.api.common import CONTROLLER_KEY, DEPLOYMENTS_KEY
@@ -49,6 +51,7 @@ def all_routes() -> list[Route]:
         *events.ROUTES,
         *health.ROUTES,
         *metrics.ROUTES,
+        *whoami.ROUTES,
         own,
     ]
 
@@ -74,4 +77,5 @@ def create_app(ctx: ManagerContext, cluster_config: ClusterConfig | None = None)
     app[OPENAPI_KEY] = build_document(routes, _version())
     for route in routes:
         app.router.add_route(route.method, route.path, route.handler)
+    console.setup(app)
     return app

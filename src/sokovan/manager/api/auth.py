@@ -8,6 +8,7 @@ import time
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from sokovan.manager.api.console import is_console_path
 from sokovan.manager.api.problems import Problem
 from sokovan.manager.context import ManagerContext
 from sokovan.manager.repositories.tenancy import Principal, resolve_token
@@ -65,7 +66,8 @@ def require_admin(request: web.Request) -> Principal:
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     # Unknown routes fall through to their 404/405 problem without asking for a token.
-    if request.path in PUBLIC_PATHS or request.match_info.http_exception is not None:
+    public = request.path in PUBLIC_PATHS or is_console_path(request.path)
+    if public or request.match_info.http_exception is not None:
         return await handler(request)
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")

@@ -22,7 +22,7 @@ import structlog
 from sqlalchemy import select
 
 from sokovan.bus.hints import Hint
-from sokovan.bus.user_events import UserEventPublisher, publish
+from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
 from sokovan.common.preemption import PREEMPT_MODE, PreemptionMode
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import (
@@ -83,6 +83,9 @@ class SchedulingController:
         self._events = UserEventPublisher(ctx.redis, ctx.settings.etcd_prefix)
         self._hint_pending: asyncio.Task[None] | None = None
         self._hint_names: set[str] = set()
+        # `session.created` events waiting to be published together
+        self._created: list[UserEvent] = []
+        self._created_pending: asyncio.Task[None] | None = None
 
     # -- create -------------------------------------------------------------------------------
 
@@ -111,6 +114,7 @@ class SchedulingController:
         if done.inserted is None:
             return CreateOutcome(done.session_id, created=False)
         view = created_view(session, principal.user_name, done.inserted)
+        self._announce(created_event(session.id, principal))
         return CreateOutcome(session.id, created=True, view=view)
 
     async def _admit(
@@ -220,6 +224,17 @@ class SchedulingController:
         if self._hint_pending is None or self._hint_pending.done():
             self._hint_pending = asyncio.create_task(self._publish_hint())
 
+    def _announce(self, event: UserEvent) -> None:
+        """Publish `event` with the others of the next `HINT_COALESCE` seconds (one pipeline)."""
+        self._created.append(event)
+        if self._created_pending is None or self._created_pending.done():
+            self._created_pending = asyncio.create_task(self._publish_created())
+
+    async def _publish_created(self) -> None:
+        await asyncio.sleep(HINT_COALESCE)
+        created, self._created = self._created, []
+        await publish(self._events, created)
+
     async def _publish_hint(self) -> None:
         await asyncio.sleep(HINT_COALESCE)
         names, self._hint_names = self._hint_names, set()
@@ -230,6 +245,13 @@ class SchedulingController:
                 await self._ctx.hints.hint(name)
         except Exception:  # a lost hint costs one long-cycle interval, never the request
             log.warning("could not publish the schedule hint", exc_info=True)
+
+
+def created_event(session_id: uuid.UUID, principal: Principal) -> UserEvent:
+    """`session.created` (to PENDING): a new session, for the streams that list sessions."""
+    return UserEvent(
+        name="session.created", session_id=str(session_id), to_status="PENDING", owner=str(principal.user_id)
+    )
 
 
 def _terminate_transition(

@@ -48,6 +48,7 @@ class Principal:
     project_id: uuid.UUID
     domain_name: str
     role: Role
+    project_name: str = ""
 
     @property
     def is_admin(self) -> bool:
@@ -94,6 +95,7 @@ async def _principal(conn: AsyncConnection, which: ColumnElement[bool]) -> Princ
                 User.id.label("user_id"),
                 User.name.label("user_name"),
                 Project.domain_name,
+                Project.name.label("project_name"),
             )
             .join(User, User.id == Keypair.user_id)
             .join(Project, Project.id == Keypair.project_id)
@@ -109,6 +111,7 @@ async def _principal(conn: AsyncConnection, which: ColumnElement[bool]) -> Princ
         project_id=row.project_id,
         domain_name=row.domain_name,
         role=Role(row.role),
+        project_name=row.project_name,
     )
 
 
