@@ -148,6 +148,10 @@ def test_a_session_from_the_cli_goes_pending_to_running_live_and_drain_works_fro
     assert seen[0] == "PENDING" and seen[-1] == "RUNNING", seen
     assert page.driver.execute_script("return window.__sameDocument") is True  # never reloaded
     page.screenshot("sessions-running")
+    page.go("#/agents")  # its kernel shows in its agent's occupancy, live
+    metas = lambda: " ".join(e.text for e in page.all("[data-agent-id] .meta"))  # noqa: E731
+    page.wait_for(lambda: "1 kernel" in metas(), "the kernel in its agent's occupancy")
+    page.screenshot("agents-busy")
 
     page.go(f"#/sessions/{session['id']}")
     page.wait_for(lambda: page.all("#kernels tr[data-kernel-id]"), "the session's kernels")

@@ -64,7 +64,8 @@ export class AgentsView {
       (bar, s) => this.bar(bar, s, agent),
     );
     const info = agent.status_info || {};
-    setText(el.querySelector(".reason"), info.reason ? `${info.reason}${info.by ? ` (by ${info.by})` : ""}` : "");
+    const by = info.by && !String(info.reason || "").includes(info.by) ? ` (by ${info.by})` : "";
+    setText(el.querySelector(".reason"), info.reason ? `${info.reason}${by}` : "");
     setText(el.querySelector(".beat"), agent.last_heartbeat_at ? `heartbeat ${when(agent.last_heartbeat_at)}` : "no heartbeat yet");
     this.actions(el.querySelector(".actions"), agent);
   }
