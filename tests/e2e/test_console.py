@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,6 +97,11 @@ def test_a_bad_token_is_refused_and_a_good_one_shows_the_agents(page: Page, clus
     # Admins get the operator buttons; the token is in sessionStorage, never in the URL.
     assert [b.text for b in page.all(f'[data-agent-id="{AGENTS[0]}"] button')] == ["Drain"]
     assert cluster.token not in page.driver.current_url
+    # An idle page makes no requests but its one stream (no polling loop).
+    count = "return performance.getEntriesByType('resource').length"
+    before = page.driver.execute_script(count)
+    time.sleep(2)
+    assert page.driver.execute_script(count) == before
     page.screenshot("agents")
 
 

@@ -6,6 +6,21 @@ const DRAINABLE = new Set(["READY", "DEGRADED"]);
 const UNDRAINABLE = new Set(["DRAINING", "DRAINED"]);
 const ORDER = ["READY", "DEGRADED", "DRAINING", "DRAINED", "BOOTING", "UNKNOWN", "DOWN", "FAILED"];
 
+// "in use of cpu 1 / 4 · mem 64 MiB / 4.0 GiB" over the agents that take work (READY, DEGRADED).
+function capacity(agents) {
+  const used = new Map();
+  const total = new Map();
+  for (const a of agents) {
+    if (!DRAINABLE.has(a.status)) continue;
+    for (const [slot, value] of Object.entries(a.available_slots || {})) {
+      total.set(slot, (total.get(slot) || 0) + Number(value));
+      used.set(slot, (used.get(slot) || 0) + Number((a.occupied_slots || {})[slot] || 0));
+    }
+  }
+  const parts = [...total.keys()].sort().map((s) => `${s} ${amount(s, used.get(s))} / ${amount(s, total.get(s))}`);
+  return parts.length ? `in use: ${parts.join(" · ")}` : "";
+}
+
 export class AgentsView {
   constructor(store, flash) {
     this.store = store;
@@ -14,9 +29,10 @@ export class AgentsView {
 
   mount(root) {
     this.counts = h("div", { class: "counts" });
+    this.totals = h("span", { class: "totals muted", id: "capacity" });
     this.grid = h("div", { class: "grid agents", id: "agents" });
     this.empty = h("p", { class: "muted", text: "No agent has registered yet.", hidden: true });
-    root.append(h("div", { class: "toolbar" }, h("h2", { text: "Agents" }), this.counts), this.empty, this.grid);
+    root.append(h("div", { class: "toolbar" }, h("h2", { text: "Agents" }), this.counts, this.totals), this.empty, this.grid);
   }
 
   update() {
@@ -32,6 +48,7 @@ export class AgentsView {
       (s) => h("span", { class: "count" }, badge(s), h("b")),
       (el, s) => setText(el.querySelector("b"), byStatus.get(s)),
     );
+    setText(this.totals, capacity(agents));
     syncList(this.grid, agents, (a) => a.id, (a) => this.card(a), (el, a) => this.fill(el, a));
   }
 
