@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -211,6 +213,25 @@ def test_every_rule_is_complete() -> None:
         assert rule["labels"]["severity"] in {"info", "warning", "critical"}, rule
         assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule
     assert len({r["alert"] for r in found}) == len(found), "alert names are unique"
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
+def test_promtool_accepts_the_rules_the_config_and_the_dashboard_queries(tmp_path: Path) -> None:
+    """The dashboard's queries go through promtool as recording rules, Grafana's variables
+    replaced by a duration."""
+    dash = json.loads(DASHBOARD.read_text())
+    recorded = [
+        {"record": f"dashboard:query_{i}", "expr": _VARIABLES.sub("5m", expr)}
+        for i, expr in enumerate(dashboard_exprs(dash))
+    ]
+    queries = tmp_path / "dashboard-queries.yml"
+    queries.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": recorded}]}))
+    for args in (
+        ["check", "rules", str(RULES), str(queries)],
+        ["check", "config", str(RULES.with_name("prometheus.yml"))],
+    ):
+        done = subprocess.run(["promtool", *args], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_the_dashboard_takes_its_datasource_as_a_variable() -> None:
