@@ -46,6 +46,14 @@ def exposition() -> bytes:
     return generate_latest(REGISTRY)
 
 
+SESSIONS_BY_STATUS = Gauge(
+    "sokovan_sessions", "Sessions by status (the live ones: terminal statuses are left out)", ["status"]
+)
+SESSION_PENDING_OLDEST = Gauge(
+    "sokovan_session_pending_oldest_seconds",
+    "How long the longest-waiting PENDING session has been PENDING (0 when none is)",
+)
+
 RETRY_SCHEDULED = Counter(
     "sokovan_session_retry_scheduled_total", "Retries scheduled for failed sessions.", ["cause"]
 )
@@ -64,6 +72,9 @@ ROUTE_TRANSITIONS = Counter(
     "sokovan_route_transitions_total", "Route status transitions applied", ["from_status", "to_status"]
 )
 ROUTE_REPLICAS = Gauge("sokovan_route_replicas", "Replicas (routes) by route status", ["status"])
+DEPLOYMENTS_BY_STATUS = Gauge(
+    "sokovan_deployments", "Deployments by lifecycle status (DESTROYED ones left out)", ["status"]
+)
 ROUTE_EVICTIONS = Counter("sokovan_route_evictions_total", "Unhealthy routes evicted")
 REPLICA_REPLACEMENTS = Counter(
     "sokovan_replica_replacements_total", "Replicas created to replace ones that were lost"

@@ -2,7 +2,8 @@
 
 Each cycle: kernels whose events seem lost are reconciled with their agents; live kernels of ended
 sessions are ended and counted as drift, and processes agents still run for ended kernels are
-destroyed; and, every `Retention.every` seconds, old terminal sessions are removed (`retention`).
+destroyed; every `Retention.every` seconds, old terminal sessions are removed (`retention`); and
+every few seconds the gauges of sessions and deployments by status are recounted (`census`).
 Runs under its own cluster-wide lock, like every periodic task. (Agents that stop heartbeating are
 the node lifecycle lane's: `orchestrator.node`.)"""
 
@@ -14,6 +15,7 @@ from sokovan.bus.hints import Hint
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.locks import CycleLock, run_exclusive
+from sokovan.orchestrator.maintenance.census import Census
 from sokovan.orchestrator.maintenance.leak_repair import LeakRepair
 from sokovan.orchestrator.maintenance.reconciler import KernelReconciler
 from sokovan.orchestrator.maintenance.retention import Retention
@@ -34,6 +36,7 @@ class MaintenanceCoordinator:
         self.reconciler = KernelReconciler(engine, rpc)
         self.leaks = LeakRepair(engine, rpc)
         self.retention = Retention(engine, lambda: config.retention.retention_days)
+        self.census = Census(engine)
 
     async def cycle(self) -> bool:
         return await run_exclusive(self._lock, self.name, self._cycle)
@@ -42,4 +45,5 @@ class MaintenanceCoordinator:
         await self.reconciler.run(self._config.maintenance.reconcile_after)
         ended = bool(await self.leaks.run())
         await self.retention.maybe_run()  # removes only what nothing reads: wakes no one
+        await self.census.maybe_run()  # moves nothing
         return ended
