@@ -1,6 +1,6 @@
 # Sokovan development tasks. `make test` works on a fresh clone: it creates the venv, makes sure
-# PostgreSQL/Redis/etcd answer (scripts/services.py) and that chromium is installed for the console's
-# browser tests (scripts/browser.sh), then lints, type-checks and runs pytest.
+# PostgreSQL/Redis/etcd answer (scripts/services.py) and that chromium and promtool are installed
+# (scripts/test-tools.sh), then lints, type-checks and runs pytest.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -17,13 +17,13 @@ PYTEST_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 
-.PHONY: help venv services services-down services-status browser lint typecheck test dev bench clean distclean
+.PHONY: help venv services services-down services-status test-tools lint typecheck test dev bench clean distclean
 
 help:
 	@echo "make venv           create $(VENV) and install sokovan with the dev extras"
 	@echo "make services       make sure PostgreSQL, Redis and etcd answer; write .env.services"
 	@echo "make services-down  stop the throwaway servers 'make services' started"
-	@echo "make browser        make sure chromium + chromedriver are installed (the console's browser tests)"
+	@echo "make test-tools     make sure chromium, chromedriver and promtool are installed (some tests drive them)"
 	@echo "make lint           ruff check + ruff format --check"
 	@echo "make typecheck      mypy (strict, package sokovan)"
 	@echo "make test           venv + services + lint + typecheck + pytest (PYTEST_ARGS=...)"
@@ -55,8 +55,8 @@ services-status:
 	@if [ -x $(BIN)/python ]; then py=$(BIN)/python; else py=$(PYTHON); fi; \
 	$$py scripts/services.py status
 
-browser:
-	scripts/browser.sh
+test-tools:
+	scripts/test-tools.sh
 
 lint: venv
 	$(BIN)/ruff check $(LINT_PATHS)
@@ -65,7 +65,7 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-test: venv services browser lint typecheck
+test: venv services test-tools lint typecheck
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 dev: venv

@@ -1,6 +1,6 @@
 """A real headless Chromium (Debian's chromium + chromedriver) driven by selenium, for the console.
 
-`make test` installs both packages when they are missing (scripts/browser.sh); here a missing
+`make test` installs both packages when they are missing (scripts/test-tools.sh); here a missing
 browser is an error that says so, never a skip.
 """
 
@@ -30,7 +30,7 @@ def find_browser() -> tuple[str, str]:
     if not chromium or not driver:
         raise RuntimeError(
             "the console tests need Debian's chromium and chromium-driver: "
-            "run scripts/browser.sh (make test does) or apt-get install chromium chromium-driver"
+            "run scripts/test-tools.sh (make test does) or apt-get install chromium chromium-driver"
         )
     return chromium, driver
 
