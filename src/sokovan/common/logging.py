@@ -31,7 +31,7 @@ MASK: Final = "[REDACTED]"
 # Keys whose value is masked whole, compared lower-cased; and parts that mask any key holding them
 # (`cluster_secret`, `access_token`, `db_password`, ...).
 SENSITIVE_KEYS: Final = frozenset(
-    {"authorization", "environ", "env", "cookie", "set-cookie", "dsn", "passwd", "credentials"}
+    {"authorization", "environ", "environment", "env", "cookie", "set-cookie", "dsn", "passwd", "credentials"}
 )
 SENSITIVE_PARTS: Final = ("token", "secret", "password", "api_key", "apikey", "private_key")
 _DSN_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)(?P<password>[^@/\s]+)(?=@)")
