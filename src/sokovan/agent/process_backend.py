@@ -144,13 +144,18 @@ class ProcessBackend:
                 kernel = self._spawn(spec)
             except (OSError, ValueError) as exc:
                 message = str(exc) if isinstance(exc, ValueError) else f"cannot start the kernel: {exc}"
-                log.warning("kernel.creation_failed", kernel_id=spec.kernel_id, error=message)
+                log.warning(
+                    "kernel.creation_failed",
+                    kernel_id=spec.kernel_id,
+                    session_id=spec.session_id,
+                    error=message,
+                )
                 self._emit(KernelCreationFailed(**kernel_ids(self.agent_id, spec), message=message))
                 return
             self._ended.pop(spec.kernel_id, None)
             self._watch(kernel)
             self._save()
-            log.info("kernel.started", kernel_id=spec.kernel_id, pid=kernel.pid)
+            log.info("kernel.started", kernel_id=spec.kernel_id, session_id=spec.session_id, pid=kernel.pid)
             self._emit(self._running_event(kernel))
 
     def _spawn(self, spec: KernelSpec) -> _Kernel:
@@ -230,7 +235,8 @@ class ProcessBackend:
         self._ended[record.kernel_id] = Ended(record.session_id, exit_code, reason)
         while len(self._ended) > MAX_REMEMBERED:
             self._ended.popitem(last=False)
-        log.info("kernel.terminated", kernel_id=record.kernel_id, exit_code=exit_code, reason=reason)
+        ids = {"kernel_id": record.kernel_id, "session_id": record.session_id}
+        log.info("kernel.terminated", **ids, exit_code=exit_code, reason=reason)
         return KernelTerminated(**kernel_ids(self.agent_id, record), exit_code=exit_code, reason=reason)
 
     async def destroy(self, kernel_id: str, forced: bool = False, grace: float | None = None) -> None:

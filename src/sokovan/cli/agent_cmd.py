@@ -15,6 +15,9 @@ removed from the agent's environment, and the agent makes itself non-dumpable. K
 `--keep-ended-kernels` (seconds an ended kernel's directory and logs are kept, default 3600);
 `--max-outbox` (events kept while Redis is unreachable, default 10000).
 
+Logs go to stderr, one line per event: JSON objects (`--log-format json`, env
+SOKOVAN_LOG_FORMAT; the default when stderr is not a terminal) or key=value text (`console`).
+
 Without `--heartbeat-interval` the agent beats at the cluster's `heartbeat_interval` (etcd section
 `manager/node_lifecycle`, followed live; 10 s when it is absent or etcd is unreachable). `--class`
 (standard, sensitive, borrowed) picks the grace period the manager gives the agent when it falls
@@ -53,6 +56,7 @@ from sokovan.agent.secret_file import (
 from sokovan.agent.signals import stop_on_agent_signals
 from sokovan.cli.agent_config import CLASSES, AgentFlags, build_config, build_hollow_config, pick, secret_of
 from sokovan.cli.common import config_option, load_or_exit
+from sokovan.cli.log_format import log_format_option, start_logging
 from sokovan.common import eventloop
 from sokovan.common.settings import ConfigFileError, Settings, read_config_file
 
@@ -162,7 +166,8 @@ async def _serve(settings: Settings, config: AgentConfig | HollowConfig) -> None
     metavar="NAME[,NAME...]",
     help="For tests: drop the first event of each named kind (e.g. kernel.running).",
 )
-def agent(config: str | None, **options: Any) -> None:
+@log_format_option
+def agent(config: str | None, log_format: str | None, **options: Any) -> None:
     """Run an agent daemon whose kernels are OS processes (or, with --simulate N, N hollow agents)."""
     flags = AgentFlags(**options)
     settings = load_or_exit(config)
@@ -178,6 +183,9 @@ def agent(config: str | None, **options: Any) -> None:
     run_config: AgentConfig | HollowConfig = agent_config
     if count is not None:
         run_config = build_hollow_config(file_values, agent_config, flags, count)
+    # a process agent's every line names it; a hollow fleet's lines name the agent they concern
+    ids = {"agent_id": agent_config.agent_id} if count is None else {}
+    start_logging("agent", log_format, context=ids, secrets=[settings.cluster_secret])
     try:
         # the hollow fleet on uvloop; a real agent on asyncio's loop (it runs processes)
         eventloop.run(_serve(settings, run_config), fast=isinstance(run_config, HollowConfig))

@@ -19,6 +19,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("sokovan.cli.admin_cmd", "admin"),
     ("sokovan.cli.config_cmd", "config"),
     ("sokovan.cli.proxy_cmd", "proxy"),
+    ("sokovan.cli.completion_cmd", "completion"),
 ]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from sokovan.cli.common import config_option, load_with_secret
-from sokovan.common.logging import setup_logging
+from sokovan.cli.log_format import log_format_option, start_logging
 
 
 @click.command()
@@ -18,10 +18,15 @@ from sokovan.common.logging import setup_logging
     help="Manager processes sharing the API port (each a whole manager; use about one per core).",
 )
 @click.option("--reuse-port", is_flag=True, hidden=True, help="Bind the API port with SO_REUSEPORT.")
-def manager(config: str | None, workers: int, reuse_port: bool) -> None:
-    """Run the manager: REST v2 API + SokovanOrchestrator."""
+@log_format_option
+def manager(config: str | None, workers: int, reuse_port: bool, log_format: str | None) -> None:
+    """Run the manager: REST v2 API + SokovanOrchestrator.
+
+    Logs go to stderr, one line per event: JSON objects with --log-format json (the default when
+    stderr is not a terminal), key=value text with console; SOKOVAN_LOG_FORMAT sets it too.
+    """
     settings = load_with_secret(config, "the manager refuses to start without it")
-    setup_logging()
+    start_logging("manager", log_format, secrets=[settings.cluster_secret])
     from sokovan.manager.daemon import ManagerFailed, serve
 
     try:

@@ -2,7 +2,7 @@
 
 It reads `SOKOVAN_REDIS_URL`, `SOKOVAN_CLUSTER_SECRET` (required) and `SOKOVAN_ETCD_PREFIX` (the key
 prefix) like the other daemons; `--bind` and `--public-url` may also come from `SOKOVAN_PROXY_BIND`
-and `SOKOVAN_PROXY_PUBLIC_URL`. SIGINT and SIGTERM stop it cleanly.
+and `SOKOVAN_PROXY_PUBLIC_URL`, `--log-format` from `SOKOVAN_LOG_FORMAT`. SIGINT and SIGTERM stop it cleanly.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 import click
 
 from sokovan.cli.common import config_option, load_with_secret
+from sokovan.cli.log_format import log_format_option, start_logging
 from sokovan.common import eventloop
 from sokovan.common.lifecycle import stop_on_signals
-from sokovan.common.logging import setup_logging
 from sokovan.common.settings import Settings
 
 
@@ -55,11 +55,18 @@ async def _serve(settings: Settings, host: str, port: int, public_url: str | Non
     show_default=True,
     help="Health probes in flight at most.",
 )
-def proxy(config: str | None, bind: str, public_url: str | None, probe_concurrency: int) -> None:
-    """Run the app proxy: forward /<deployment>/... to HEALTHY replicas, probe their health."""
+@log_format_option
+def proxy(
+    config: str | None, bind: str, public_url: str | None, probe_concurrency: int, log_format: str | None
+) -> None:
+    """Run the app proxy: forward /<deployment>/... to HEALTHY replicas, probe their health.
+
+    Logs go to stderr as JSON lines (--log-format json, the default when stderr is not a terminal)
+    or key=value text (console); SOKOVAN_LOG_FORMAT sets it too.
+    """
     settings = load_with_secret(config, "the proxy refuses to start without it")
     host, port = parse_bind(bind)
-    setup_logging()
+    start_logging("proxy", log_format, secrets=[settings.cluster_secret])
     from sokovan.proxy import ProxyStartError
 
     try:

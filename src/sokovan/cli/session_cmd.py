@@ -92,7 +92,7 @@ def session() -> None:
 @click.option("--depends-on", "depends_on", multiple=True, help="Session id, repeatable.")
 @click.option("--creation-id", default=None, help="Idempotency key: a repeat returns the same session.")
 @click.option("--max-retries", type=int, default=None, help="Shorthand for retry_policy.max_retries.")
-@click.option("--wait", is_flag=True, help="Follow the session to RUNNING or a terminal status.")
+@click.option("--wait", is_flag=True, help="Follow it to RUNNING (batch: to its end) or a terminal status.")
 @click.option(
     "--dry-run",
     "dry_run",
@@ -159,7 +159,7 @@ def create(
                 click.echo(f"session {created['id']} ({created['name']}) {verb}: {created['status']}")
             return
         click.echo(f"session {created['id']} ({created['name']}) {verb}", err=as_json)
-        final = follow(client, created["id"], err=as_json)
+        final = follow(client, created["id"], err=as_json, until_end=created.get("type") == "batch")
     if as_json:
         _dump(final)
     sys.exit(exit_code(final))

@@ -49,7 +49,8 @@ class EventDispatcher:
         if beats:
             recorded = await record_heartbeats(self._engine, beats)
             if recorded.ready:
-                log.info("agent.ready", agents=len(recorded.ready), first=recorded.ready[0])
+                for agent_id in recorded.ready:
+                    log.info("agent.ready", agent_id=agent_id)
                 hint = PLACE  # new room: pending sessions may fit now
             await publish(self._events, recorded.events)
         for event in events:

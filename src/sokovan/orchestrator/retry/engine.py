@@ -283,7 +283,12 @@ class RetryCoordinator:
                 },
             )
         )
-        log.info("session.retry_dispatched", parent=str(parent.id), child=str(child_id), attempt=n + 1)
+        log.info(
+            "session.retry_dispatched",
+            session_id=str(child_id),
+            parent_session_id=str(parent.id),
+            attempt=n + 1,
+        )
         return child_id
 
     # -- 3. count -----------------------------------------------------------------------------
