@@ -72,7 +72,8 @@ def run_dev() -> None:
         proxy.wait_up()
         print(
             f"\nSokovan is running: a manager, {len(AGENTS)} process agents and the app proxy.\n"
-            f"  API:   {cluster.api}\n  proxy: {proxy.url}\n  token: {token}\n\n"
+            f"  API:     {cluster.api}\n  console: {cluster.api}/ui/\n  proxy:   {proxy.url}\n"
+            f"  token:   {token}\n\n"
             f"  export SOKOVAN_API={cluster.api} SOKOVAN_TOKEN={token}\n"
             "  sokovan session create --image python:3 --command 'echo hello' --wait\n\n"
             "Press Ctrl-C to stop everything.",
