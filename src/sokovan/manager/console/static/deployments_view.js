@@ -1,6 +1,6 @@
 // #/deployments (each with its replicas' health) and #/deployments/<id> (its routes).
 
-import { badge, h, setBadge, setData, setText, shortId, syncList, when } from "./dom.js";
+import { badge, h, pageHead, setBadge, setData, setFacts, setText, shortId, syncList, table, when } from "./dom.js";
 
 // A number input and a Scale button (admins only): PATCH replicas.
 function scaleControl(store, deployment, flash) {
@@ -44,7 +44,7 @@ export class DeploymentsView {
     const head = ["Deployment", "Status", "Replicas (healthy / target)", "Owner", "Endpoint", "Scaling group", ""];
     root.append(
       h("div", { class: "toolbar" }, h("h2", { text: "Deployments" })),
-      h("table", { class: "table" }, h("thead", {}, h("tr", {}, head.map((c) => h("th", { text: c })))), this.rows),
+      table(head, this.rows),
       this.empty,
     );
   }
@@ -83,9 +83,7 @@ export class DeploymentView {
   }
 
   mount(root) {
-    this.title = h("h2");
-    this.status = badge("…");
-    this.head = h("div", { class: "toolbar deployment-head", "data-deployment-id": this.id }, this.title, this.status, h("span", { class: "spacer" }));
+    ({ head: this.head, title: this.title, status: this.status } = pageHead("deployment", "data-deployment-id", this.id));
     this.facts = h("dl", { class: "facts" });
     this.routes = h("tbody", { id: "routes" });
     const head = ["Route", "Status", "Endpoint", "Health", "Last probe", "Replica session"];
@@ -94,7 +92,7 @@ export class DeploymentView {
       this.head,
       this.facts,
       h("h3", { text: "Routes" }),
-      h("table", { class: "table" }, h("thead", {}, h("tr", {}, head.map((c) => h("th", { text: c })))), this.routes),
+      table(head, this.routes),
     );
   }
 
@@ -106,7 +104,7 @@ export class DeploymentView {
     setText(this.title, d.name);
     setBadge(this.status, d.status);
     setData(this.head, "status", d.status);
-    const facts = [
+    setFacts(this.facts, [
       ["Id", d.id],
       ["Owner", d.owner],
       ["Replicas", `${d.ready_replicas} healthy of ${d.replicas}`],
@@ -115,8 +113,7 @@ export class DeploymentView {
       ["Scaling group", d.scaling_group],
       ["Why", d.status_info?.pending_reason],
       ["Created", when(d.created_at)],
-    ].filter(([, v]) => v !== null && v !== undefined && v !== "");
-    this.facts.replaceChildren(...facts.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { text: v })]));
+    ]);
     const routes = this.store.routes.get(this.id) || [];
     syncList(this.routes, routes, (r) => r.id, (r) => h(
       "tr",

@@ -99,3 +99,22 @@ export function when(iso) {
 export function shortId(id) {
   return id ? String(id).slice(0, 8) : "";
 }
+
+// A table with a header row of `headings` around `body` (a <tbody>).
+export function table(headings, body) {
+  return h("table", { class: "table" }, h("thead", {}, h("tr", {}, headings.map((c) => h("th", { text: c })))), body);
+}
+
+// The heading of one thing's page: its name, its status badge, and `data-<attr>` = its id.
+export function pageHead(kind, attr, id) {
+  const title = h("h2");
+  const status = badge("…");
+  const head = h("div", { class: `toolbar ${kind}-head`, [attr]: id }, title, status, h("span", { class: "spacer" }));
+  return { head, title, status };
+}
+
+// A <dl> of [label, value] pairs, leaving out the empty ones.
+export function setFacts(dl, pairs) {
+  const shown = pairs.filter(([, v]) => v !== null && v !== undefined && v !== "");
+  dl.replaceChildren(...shown.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { text: v })]));
+}

@@ -1,7 +1,7 @@
 // #/sessions (recent sessions by status, with why each waits) and #/sessions/<id> (its kernels,
 // its history as a timeline and its retry chain).
 
-import { badge, h, setBadge, setData, setText, shortId, slotsText, syncList, when } from "./dom.js";
+import { badge, h, pageHead, setBadge, setData, setFacts, setText, shortId, slotsText, syncList, table, when } from "./dom.js";
 import { isTerminal } from "./store.js";
 
 const ORDER = ["PENDING", "SCHEDULED", "PREPARING", "PULLING", "PREPARED", "CREATING", "RUNNING", "TERMINATING", "TERMINATED", "ERROR", "CANCELLED"];
@@ -32,7 +32,7 @@ export class SessionsView {
     this.empty = h("p", { class: "muted", text: "No sessions yet.", hidden: true });
     root.append(
       h("div", { class: "toolbar" }, h("h2", { text: "Sessions" }), this.chips),
-      h("table", { class: "table" }, h("thead", {}, h("tr", {}, head.map((c) => h("th", { text: c })))), this.rows),
+      table(head, this.rows),
       this.empty,
       this.more,
     );
@@ -98,12 +98,10 @@ export class SessionView {
   }
 
   mount(root) {
-    this.title = h("h2");
-    this.status = badge("…");
-    this.head = h("div", { class: "toolbar session-head", "data-session-id": this.id }, this.title, this.status);
+    ({ head: this.head, title: this.title, status: this.status } = pageHead("session", "data-session-id", this.id));
     this.terminate = h("button", { type: "button", class: "warn", text: "Terminate", hidden: true });
     this.terminate.addEventListener("click", () => this.onTerminate());
-    this.head.append(h("span", { class: "spacer" }), this.terminate);
+    this.head.append(this.terminate);
     this.facts = h("dl", { class: "facts" });
     this.kernels = h("tbody", { id: "kernels" });
     this.timeline = h("ol", { class: "timeline", id: "history" });
@@ -114,7 +112,7 @@ export class SessionView {
       this.head,
       this.facts,
       h("h3", { text: "Kernels" }),
-      h("table", { class: "table" }, h("thead", {}, h("tr", {}, kernelHead.map((c) => h("th", { text: c })))), this.kernels),
+      table(kernelHead, this.kernels),
       h("div", { class: "columns" },
         h("section", {}, h("h3", { text: "History" }), this.timeline),
         h("section", {}, h("h3", { text: "Retry chain" }), this.chain)),
@@ -129,7 +127,7 @@ export class SessionView {
     setData(this.head, "status", s.status);
     this.terminate.hidden = isTerminal(s.status);
     const info = s.status_info || {};
-    const facts = [
+    setFacts(this.facts, [
       ["Id", s.id],
       ["Owner", s.owner],
       ["Type", s.type],
@@ -144,8 +142,7 @@ export class SessionView {
       ["Created", when(s.created_at)],
       ["Status since", when(s.status_changed_at)],
       ["Ended", when(s.terminated_at)],
-    ].filter(([, v]) => v !== null && v !== undefined && v !== "");
-    this.facts.replaceChildren(...facts.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { text: v })]));
+    ]);
     if (info.preempted_by) this.facts.append(h("dt", { text: "Preempted by" }), h("dd", {}, h("a", { href: `#/sessions/${info.preempted_by}`, text: shortId(info.preempted_by) })));
     syncList(this.kernels, s.kernels, (k) => k.id, (k) => h("tr", { "data-kernel-id": k.id }, h("td", { class: "id" }), h("td", { class: "role" }), h("td", {}, badge(k.status)), h("td", { class: "agent" }), h("td", { class: "exit" })), (el, k) => {
       setData(el, "status", k.status);
