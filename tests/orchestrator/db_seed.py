@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import Row, Select, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from sokovan.common.types import AgentStatus, KernelStatus, SessionStatus
-from sokovan.db.models import Agent, Domain, Kernel, Keypair, Project, ScalingGroup, Session, User
+from sokovan.common.types import AgentStatus, EndpointLifecycle, KernelStatus, SessionStatus
+from sokovan.db.models import Agent, Deployment, Domain, Kernel, Keypair, Project, ScalingGroup, Session, User
 
 
 async def read_one(engine: AsyncEngine, query: Select[Any]) -> Row[Any]:
@@ -60,6 +60,28 @@ class Seed:
             )
             await conn.execute(insert(ScalingGroup).values(name="default", pending_timeout=pending_timeout))
         return self
+
+    async def deployment(self, status: EndpointLifecycle) -> uuid.UUID:
+        """A deployment of the seeded user in `status` (one replica, nothing running)."""
+        did = uuid.uuid4()
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                insert(Deployment).values(
+                    id=did,
+                    name=f"d-{did.hex[:8]}",
+                    type="custom",
+                    access_key="AK1",
+                    user_id=self.user_id,
+                    project_id=self.project_id,
+                    domain_name="default",
+                    scaling_group="default",
+                    replicas=1,
+                    definition={"image": "python:3", "command": "true", "resources": {}},
+                    health_check={},
+                    status=status.value,
+                )
+            )
+        return did
 
     async def agent(self, agent_id: str, cpu: int = 4, status: AgentStatus = AgentStatus.READY) -> None:
         async with self.engine.begin() as conn:

@@ -8,11 +8,11 @@ import datetime as dt
 import uuid
 
 from prometheus_client import REGISTRY
-from sqlalchemy import insert, update
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.common.types import EndpointLifecycle, SessionStatus
-from sokovan.db.models import Deployment, Session
+from sokovan.db.models import Session
 from sokovan.orchestrator.maintenance.census import Census
 from tests.orchestrator.db_seed import Seed
 
@@ -44,33 +44,12 @@ async def session_since(seed: Seed, status: SessionStatus, seconds_ago: float) -
     return sid
 
 
-async def deployment(seed: Seed, status: EndpointLifecycle) -> None:
-    did = uuid.uuid4()
-    async with seed.engine.begin() as conn:
-        await conn.execute(
-            insert(Deployment).values(
-                id=did,
-                name=f"d-{did.hex[:8]}",
-                type="custom",
-                access_key="AK1",
-                user_id=seed.user_id,
-                project_id=seed.project_id,
-                domain_name="default",
-                scaling_group="default",
-                replicas=1,
-                definition={"image": "python:3", "command": "true", "resources": {}},
-                health_check={},
-                status=status.value,
-            )
-        )
-
-
 async def test_counts_live_sessions_and_deployments_by_status(engine: AsyncEngine) -> None:
     seed = await Seed(engine).tenancy()
     for status, seconds_ago in [(S.PENDING, 30), (S.PENDING, 700), (S.RUNNING, 5), (S.TERMINATED, 9999)]:
         await session_since(seed, status, seconds_ago)
     for lifecycle in (E.READY, E.READY, E.SCALING, E.DESTROYED):
-        await deployment(seed, lifecycle)
+        await seed.deployment(lifecycle)
 
     await Census(engine).run(NOW)
 

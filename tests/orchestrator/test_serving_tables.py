@@ -105,28 +105,6 @@ def forced(handler: OutcomeHandler[Any, Any], outcome: HandlerOutcome) -> Any:
     return Forced()
 
 
-async def _deployment(engine: AsyncEngine, seed: Seed, status: E) -> uuid.UUID:
-    did = uuid.uuid4()
-    async with engine.begin() as conn:
-        await conn.execute(
-            insert(Deployment).values(
-                id=did,
-                name=f"d-{did.hex[:8]}",
-                type="custom",
-                access_key="AK1",
-                user_id=seed.user_id,
-                project_id=seed.project_id,
-                domain_name="default",
-                scaling_group="default",
-                replicas=1,
-                definition={"image": "python:3", "command": "true", "resources": {}},
-                health_check={},
-                status=status.value,
-            )
-        )
-    return did
-
-
 async def _route(engine: AsyncEngine, deployment_id: uuid.UUID, status: R) -> uuid.UUID:
     rid = uuid.uuid4()
     async with engine.begin() as conn:
@@ -151,7 +129,7 @@ async def test_each_deployment_outcome_lands_where_the_table_says(
     engine: AsyncEngine, name: str, start: E, outcome: HandlerOutcome, want: E
 ) -> None:
     seed = await Seed(engine).tenancy()
-    did = await _deployment(engine, seed, start)
+    did = await seed.deployment(start)
     await DeploymentCoordinator(engine, {"all": [forced(HANDLERS[name], outcome)]}).cycle()
     async with engine.connect() as conn:
         status = (await conn.execute(select(Deployment.status).where(Deployment.id == did))).scalar_one()
@@ -176,7 +154,7 @@ async def test_each_route_outcome_lands_where_the_table_says(
     engine: AsyncEngine, name: str, start: R, outcome: HandlerOutcome, want: R
 ) -> None:
     seed = await Seed(engine).tenancy()
-    rid = await _route(engine, await _deployment(engine, seed, E.READY), start)
+    rid = await _route(engine, await seed.deployment(E.READY), start)
     await RouteCoordinator(engine, {"all": [forced(HANDLERS[name], outcome)]}).cycle()
     async with engine.connect() as conn:
         status = (await conn.execute(select(Route.status).where(Route.id == rid))).scalar_one()
@@ -192,7 +170,7 @@ async def test_each_route_outcome_lands_where_the_table_says(
 
 async def test_a_repeated_failure_is_one_history_row(engine: AsyncEngine) -> None:
     seed = await Seed(engine).tenancy()
-    did = await _deployment(engine, seed, E.SCALING)
+    did = await seed.deployment(E.SCALING)
     coordinator = DeploymentCoordinator(engine, {"all": [forced(HANDLERS["ScalingDeployment"], F)]})
     for _ in range(3):
         await coordinator.cycle()

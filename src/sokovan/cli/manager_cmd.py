@@ -20,11 +20,7 @@ from sokovan.cli.log_format import log_format_option, start_logging
 @click.option("--reuse-port", is_flag=True, hidden=True, help="Bind the API port with SO_REUSEPORT.")
 @log_format_option
 def manager(config: str | None, workers: int, reuse_port: bool, log_format: str | None) -> None:
-    """Run the manager: REST v2 API + SokovanOrchestrator.
-
-    Logs go to stderr, one line per event: JSON objects with --log-format json (the default when
-    stderr is not a terminal), key=value text with console; SOKOVAN_LOG_FORMAT sets it too.
-    """
+    """Run the manager: REST v2 API + SokovanOrchestrator."""
     settings = load_with_secret(config, "the manager refuses to start without it")
     start_logging("manager", log_format, secrets=[settings.cluster_secret])
     from sokovan.manager.daemon import ManagerFailed, serve

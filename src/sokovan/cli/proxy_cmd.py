@@ -59,11 +59,7 @@ async def _serve(settings: Settings, host: str, port: int, public_url: str | Non
 def proxy(
     config: str | None, bind: str, public_url: str | None, probe_concurrency: int, log_format: str | None
 ) -> None:
-    """Run the app proxy: forward /<deployment>/... to HEALTHY replicas, probe their health.
-
-    Logs go to stderr as JSON lines (--log-format json, the default when stderr is not a terminal)
-    or key=value text (console); SOKOVAN_LOG_FORMAT sets it too.
-    """
+    """Run the app proxy: forward /<deployment>/... to HEALTHY replicas, probe their health."""
     settings = load_with_secret(config, "the proxy refuses to start without it")
     host, port = parse_bind(bind)
     start_logging("proxy", log_format, secrets=[settings.cluster_secret])

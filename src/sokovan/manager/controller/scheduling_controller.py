@@ -81,11 +81,10 @@ class SchedulingController:
         self._limits = OwnerLimitsCache(ctx.engine, epoch=ctx.admission)
         self._batcher = CreateBatcher(ctx.engine, on_created=self._hint)
         self._events = UserEventPublisher(ctx.redis, ctx.settings.etcd_prefix)
-        self._hint_pending: asyncio.Task[None] | None = None
+        # hints and `session.created` events waiting to be published together
+        self._flush_pending: asyncio.Task[None] | None = None
         self._hint_names: set[str] = set()
-        # `session.created` events waiting to be published together
         self._created: list[UserEvent] = []
-        self._created_pending: asyncio.Task[None] | None = None
 
     # -- create -------------------------------------------------------------------------------
 
@@ -221,23 +220,22 @@ class SchedulingController:
         requests becomes one hint, and the last request is never left without one. A create wakes
         the placement lane only; a terminate (`Hint.SCHEDULE`) every session lane."""
         self._hint_names.add(name)
-        if self._hint_pending is None or self._hint_pending.done():
-            self._hint_pending = asyncio.create_task(self._publish_hint())
+        self._flush_soon()
 
     def _announce(self, event: UserEvent) -> None:
-        """Publish `event` with the others of the next `HINT_COALESCE` seconds (one pipeline)."""
+        """Publish `event` with the others of the same `HINT_COALESCE` seconds (one pipeline)."""
         self._created.append(event)
-        if self._created_pending is None or self._created_pending.done():
-            self._created_pending = asyncio.create_task(self._publish_created())
+        self._flush_soon()
 
-    async def _publish_created(self) -> None:
-        await asyncio.sleep(HINT_COALESCE)
-        created, self._created = self._created, []
-        await publish(self._events, created)
+    def _flush_soon(self) -> None:
+        if self._flush_pending is None or self._flush_pending.done():
+            self._flush_pending = asyncio.create_task(self._flush())
 
-    async def _publish_hint(self) -> None:
+    async def _flush(self) -> None:
+        """The hints first (they start the work), then the users' `session.created` events."""
         await asyncio.sleep(HINT_COALESCE)
         names, self._hint_names = self._hint_names, set()
+        created, self._created = self._created, []
         if Hint.SCHEDULE in names:
             names = {Hint.SCHEDULE.value}
         try:
@@ -245,6 +243,7 @@ class SchedulingController:
                 await self._ctx.hints.hint(name)
         except Exception:  # a lost hint costs one long-cycle interval, never the request
             log.warning("could not publish the schedule hint", exc_info=True)
+        await publish(self._events, created)
 
 
 def created_event(session_id: uuid.UUID, principal: Principal) -> UserEvent:
