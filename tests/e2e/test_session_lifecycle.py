@@ -40,6 +40,12 @@ async def test_interactive_runs_until_terminated_and_its_process_is_gone(admin: 
     s = await admin.create(image="shell", type="interactive", resources={"cpu": 1, "mem": "128m"})
     running = await admin.wait_status(s["id"], {"RUNNING"})
     kernel_id = running["kernels"][0]["id"]
+    # RUNNING is reported once the agent has spawned the kernel's launch wrapper; the wrapper then
+    # execs the kernel with its own environment, so the marker shows up a moment later at most.
+    for _ in range(50):
+        if process_alive_with_env(f"SOKOVAN_KERNEL_ID={kernel_id}"):
+            break
+        await asyncio.sleep(0.1)
     assert process_alive_with_env(f"SOKOVAN_KERNEL_ID={kernel_id}")
     status, _ = await admin.request("DELETE", f"/v2/sessions/{s['id']}")
     assert status == 202
