@@ -35,7 +35,7 @@ from sokovan.agent.hollow_agent import HollowAgent, HollowBehaviour
 from sokovan.agent.hollow_services import HollowServices
 from sokovan.agent.hollow_state import HollowKernelRecord, HollowStateFile, StateKeeper
 from sokovan.agent.images import ImageCatalog
-from sokovan.agent.outbox import EventOutbox
+from sokovan.agent.outbox import MAX_PENDING, EventOutbox
 from sokovan.agent.pause_file import PauseFile
 from sokovan.agent.rpc_server import RPCServer
 from sokovan.agent.runtime import AgentLink
@@ -53,6 +53,16 @@ REGISTRATION_SPREAD = 1.0  # seconds over which the first beats of the fleet are
 TICK = 0.05  # the heartbeat loop wakes at most this often
 FOLLOW_STEP = 1.0  # ... and at least this often (a changed interval, the pause file)
 DRAIN_TIMEOUT = 30.0
+# The fleet's one outbox stands for N agents' outboxes: its bound grows with the fleet, so that a
+# burst of start-ups (thousands of kernels prepared in one cycle, several events each) is never
+# cut short by a bound meant for one agent (`outbox_bound`).
+OUTBOX_PER_AGENT = 100
+
+
+def outbox_bound(count: int) -> int:
+    """How many unpublished events a fleet of `count` agents keeps (one agent's bound, plus
+    `OUTBOX_PER_AGENT` for every agent: 110,000 events, some 60 MB, for a thousand)."""
+    return MAX_PENDING + OUTBOX_PER_AGENT * count
 
 
 def hollow_ids(prefix: str, count: int) -> list[str]:
@@ -106,6 +116,7 @@ class HollowFleet(Service):
     def __init__(self, settings: Settings, config: HollowConfig) -> None:
         self._link = AgentLink(settings, config.drop_events)
         self._outbox = self._link.outbox
+        self._outbox.max_pending = outbox_bound(config.count)
         self.settings = settings
         self.config = config
         behaviour = HollowBehaviour(
