@@ -1,6 +1,7 @@
 """MaintenanceCoordinator: the long-cycle lane that keeps the cluster honest.
 
-Each cycle: kernels whose events seem lost are reconciled with their agents; live kernels of ended
+Each cycle: the planner's statistics of sessions and kernels are refreshed when a burst changed
+them (`statistics`); kernels whose events seem lost are reconciled with their agents; live kernels of ended
 sessions are ended and counted as drift, and processes agents still run for ended kernels are
 destroyed; every `Retention.every` seconds, old terminal sessions are removed (`retention`); and
 every few seconds the gauges of sessions and deployments by status are recounted (`census`).
@@ -19,6 +20,7 @@ from sokovan.orchestrator.maintenance.census import Census
 from sokovan.orchestrator.maintenance.leak_repair import LeakRepair
 from sokovan.orchestrator.maintenance.reconciler import KernelReconciler
 from sokovan.orchestrator.maintenance.retention import Retention
+from sokovan.orchestrator.maintenance.statistics import FreshStatistics
 
 
 class MaintenanceCoordinator:
@@ -37,11 +39,13 @@ class MaintenanceCoordinator:
         self.leaks = LeakRepair(engine, rpc)
         self.retention = Retention(engine, lambda: config.retention.retention_days)
         self.census = Census(engine)
+        self.statistics = FreshStatistics(engine)
 
     async def cycle(self) -> bool:
         return await run_exclusive(self._lock, self.name, self._cycle)
 
     async def _cycle(self) -> bool:
+        await self.statistics.run()  # first: the reads below and the other lanes' plan with it
         await self.reconciler.run(self._config.maintenance.reconcile_after)
         ended = bool(await self.leaks.run())
         await self.retention.maybe_run()  # removes only what nothing reads: wakes no one
