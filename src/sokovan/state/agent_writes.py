@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.bus.user_events import UserEvent
 from sokovan.common.types import AgentStatus, FailureCause, KernelStatus
+from sokovan.db.among import among
 from sokovan.db.models import Agent, AgentHistory, Kernel
 from sokovan.state.kernel_writes import KernelMove, KernelTransition, apply_kernel_transitions
 
@@ -95,7 +96,7 @@ async def apply_agent_transitions(
     now = now or dt.datetime.now(dt.UTC)
     rows = await conn.execute(
         select(Agent.id, Agent.status, Agent.last_heartbeat_at)
-        .where(Agent.id.in_({t.agent_id for t in transitions}))
+        .where(among(Agent.id, {t.agent_id for t in transitions}))
         .order_by(Agent.id)
         .with_for_update()
     )

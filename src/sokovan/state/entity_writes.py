@@ -19,6 +19,7 @@ from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from sokovan.db.among import among
 from sokovan.db.models import Deployment, DeploymentHistory, Route, RouteHistory
 
 
@@ -62,7 +63,7 @@ async def apply_entity_transitions(
     model = table.model
     rows = await conn.execute(
         select(model.id, model.status, model.status_info)
-        .where(model.id.in_({t.entity_id for t in transitions}))
+        .where(among(model.id, {t.entity_id for t in transitions}))
         .order_by(model.id)
         .with_for_update(key_share=True)
     )
@@ -134,7 +135,7 @@ async def _record_history(conn: AsyncConnection, table: EntityTable, rows: list[
     fk = getattr(hist, table.history_fk)
     latest = await conn.execute(
         select(fk.label("entity_id"), *(getattr(hist, k) for k in _SAME))
-        .where(fk.in_({r[table.history_fk] for r in rows}))
+        .where(among(fk, {r[table.history_fk] for r in rows}))
         .ext(distinct_on(fk))
         .order_by(fk, hist.id.desc())
     )

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.bus.user_events import UserEvent
 from sokovan.common.types import KernelStatus
+from sokovan.db.among import among
 from sokovan.db.models import Kernel, KernelSchedulingHistory, Session
 
 
@@ -43,7 +44,7 @@ async def move_kernels_of_sessions(
         (
             await conn.execute(
                 select(Kernel.id)
-                .where(Kernel.session_id.in_(session_ids), Kernel.status.in_([s.value for s in expected]))
+                .where(among(Kernel.session_id, session_ids), Kernel.status.in_([s.value for s in expected]))
                 .order_by(Kernel.id)
                 .with_for_update(key_share=True)
             )
@@ -53,7 +54,7 @@ async def move_kernels_of_sessions(
         return []
     moved = await conn.execute(
         update(Kernel)
-        .where(Kernel.id.in_(ids), Kernel.status.in_([s.value for s in expected]))
+        .where(among(Kernel.id, ids), Kernel.status.in_([s.value for s in expected]))
         .values(**values)
         .returning(Kernel.id, Kernel.session_id)
         .execution_options(synchronize_session=False)
@@ -137,7 +138,7 @@ async def apply_kernel_transitions(
             Session.user_id,
         )
         .join(Session, Session.id == Kernel.session_id)
-        .where(Kernel.id.in_([t.kernel_id for t in transitions]))
+        .where(among(Kernel.id, [t.kernel_id for t in transitions]))
         .order_by(Kernel.id)
         .with_for_update(of=Kernel, key_share=True)  # FOR NO KEY UPDATE: FK checks may still pass
     )

@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import KernelStatus, SessionStatus
+from sokovan.db.among import among
 from sokovan.db.models import Agent, Kernel, ScalingGroup, Session, SessionDependency
 from sokovan.state.status_info import SessionStatusInfo, status_info_of
 
@@ -143,7 +144,7 @@ async def fetch_sessions(
     if SessionStatus.PENDING in statuses:
         dep_rows = await conn.execute(
             select(SessionDependency.session_id, SessionDependency.depends_on).where(
-                SessionDependency.session_id.in_(ids_read)
+                among(SessionDependency.session_id, ids_read)
             )
         )
         for sid, dep in dep_rows:
@@ -247,7 +248,7 @@ async def _fetch_kernels(
     rows = await conn.execute(
         select(*Kernel.__table__.c, Agent.rpc_addr)
         .outerjoin(Agent, Agent.id == Kernel.agent_id)
-        .where(Kernel.session_id.in_(session_ids))
+        .where(among(Kernel.session_id, session_ids))
         .order_by(Kernel.session_id, Kernel.cluster_idx)
     )
     out: dict[uuid.UUID, list[KernelInfo]] = defaultdict(list)

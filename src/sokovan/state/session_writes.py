@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sokovan.bus.user_events import UserEvent
 from sokovan.common.preemption import NOMINATED_AGENTS, NOMINATED_UNTIL, PREEMPTS
 from sokovan.common.types import KernelStatus, SchedulingResult, SessionResult, SessionStatus
+from sokovan.db.among import among
 from sokovan.db.models import Kernel, Session, SessionSchedulingHistory
 from sokovan.state.kernel_writes import move_kernels_of_sessions
 from sokovan.state.status_info import SessionStatusInfo, status_info_of
@@ -120,7 +121,7 @@ async def apply_session_transitions(
                 Session.resources,
                 Session.cluster_size,
             )
-            .where(Session.id.in_(ids))
+            .where(among(Session.id, ids))
             .with_for_update(key_share=True)  # FOR NO KEY UPDATE: FK checks may still pass
         )
     ).all()
@@ -221,7 +222,7 @@ async def _kernel_ids(
         return out
     rows = await conn.execute(
         select(Kernel.session_id, Kernel.id)
-        .where(Kernel.session_id.in_(session_ids))
+        .where(among(Kernel.session_id, session_ids))
         .order_by(Kernel.session_id, Kernel.cluster_idx)
     )
     for sid, kid in rows:
@@ -263,7 +264,7 @@ async def _record_history(conn: AsyncConnection, rows: list[dict[str, Any]], now
             SessionSchedulingHistory.attempt,
             *(getattr(SessionSchedulingHistory, k) for k in _MERGE_KEY),
         )
-        .where(SessionSchedulingHistory.session_id.in_({r["session_id"] for r in rows}))
+        .where(among(SessionSchedulingHistory.session_id, {r["session_id"] for r in rows}))
         .ext(distinct_on(SessionSchedulingHistory.session_id))
         .order_by(SessionSchedulingHistory.session_id, SessionSchedulingHistory.id.desc())
     )

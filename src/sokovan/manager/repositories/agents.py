@@ -25,6 +25,7 @@ from sokovan.bus.user_events import UserEvent
 from sokovan.common.events import AgentHeartbeat
 from sokovan.common.metrics import AGENT_TRANSITIONS, HEARTBEATS_REPLAYED
 from sokovan.common.types import AgentClass, AgentStatus
+from sokovan.db.among import among
 from sokovan.db.models import Agent, AgentHistory, ScalingGroup
 from sokovan.state.agent_beats import on_heartbeat
 from sokovan.state.agent_writes import agent_event, history_row
@@ -126,7 +127,7 @@ async def record_heartbeats(engine: AsyncEngine, beats: Sequence[AgentHeartbeat]
                     Agent.disabled,
                     Agent.boot_failures,
                 )
-                .where(Agent.id.in_(list(grouped)))
+                .where(among(Agent.id, grouped))
                 .order_by(Agent.id)
                 .with_for_update()
             )

@@ -19,6 +19,7 @@ from sqlalchemy import Text, cast, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.slots import ResourceSlots
+from sokovan.db.among import among
 from sokovan.db.models import Agent
 
 # PostgreSQL's digest of the columns parsed here: equal digests, equal columns.
@@ -82,7 +83,7 @@ class AgentStatics:
 
     async def _parse(self, conn: AsyncConnection, ids: list[str]) -> None:
         parsed = await conn.execute(
-            select(Agent.id, Agent.available_slots, Agent.images, _FINGERPRINT).where(Agent.id.in_(ids))
+            select(Agent.id, Agent.available_slots, Agent.images, _FINGERPRINT).where(among(Agent.id, ids))
         )
         for r in parsed:
             self._by_id[r.id] = _statics(r)

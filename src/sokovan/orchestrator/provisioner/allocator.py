@@ -18,6 +18,7 @@ from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.types import AgentStatus, KernelStatus
+from sokovan.db.among import among
 from sokovan.db.models import Agent, ScalingGroup
 from sokovan.orchestrator.provisioner.reasons import PLACED_MEANWHILE, filled_up
 from sokovan.orchestrator.provisioner.snapshot import Placement, Plan
@@ -79,7 +80,7 @@ class RepositoryAllocator:
             return [], {}
         agent_ids = sorted({a for p in plan.placements for a in p.kernels.values()})
         await conn.execute(
-            select(Agent.id).where(Agent.id.in_(agent_ids)).order_by(Agent.id).with_for_update()
+            select(Agent.id).where(among(Agent.id, agent_ids)).order_by(Agent.id).with_for_update()
         )
         committed: list[uuid.UUID]
         conflicts: dict[uuid.UUID, str]

@@ -16,6 +16,7 @@ from sqlalchemy import ColumnElement
 
 from sokovan.common.types import SessionStatus
 from sokovan.config.cluster import Phase
+from sokovan.db.among import among
 from sokovan.db.models import Session
 from sokovan.orchestrator.schedule.endings import failure_from_kernels
 from sokovan.orchestrator.schedule.handler import (
@@ -64,7 +65,7 @@ class PromoteSessions(SessionHandler):
         base = self._spec.where
 
         def where() -> ColumnElement[bool]:
-            cond = Session.id.in_(ids)
+            cond = among(Session.id, ids)
             return cond & base() if base is not None else cond
 
         return PromoteSessions(replace(self._spec, where=where, expires_in=frozenset()))
