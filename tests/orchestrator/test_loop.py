@@ -1,10 +1,12 @@
 """CoordinatorLoop: hinted cycles run at once while they move something, and a cycle that moved
-nothing spaces the next hinted one out by its own duration."""
+nothing spaces the next one hinted by demand only out by its own duration; any other hint ends
+that spacing."""
 
 from __future__ import annotations
 
 import asyncio
 
+from sokovan.bus.hints import as_demand, parse_demand
 from sokovan.orchestrator.loop import CoordinatorLoop
 
 CYCLE = 0.3
@@ -24,7 +26,7 @@ async def _run_hinted(moves: bool, seconds: float) -> int:
     runner = asyncio.create_task(loop.run(stop))
     deadline = asyncio.get_running_loop().time() + seconds
     while asyncio.get_running_loop().time() < deadline:
-        loop.hint()  # a hint every 10 ms, as a stream of creates would send
+        loop.hint(demand=True)  # a hint every 10 ms, as a stream of creates would send
         await asyncio.sleep(0.01)
     stop.set()
     await runner
@@ -38,6 +40,35 @@ async def test_fruitless_hinted_cycles_take_at_most_half_the_lane() -> None:
 
 async def test_a_cycle_that_moved_something_is_followed_at_once() -> None:
     assert await _run_hinted(moves=True, seconds=1.3) >= 4
+
+
+async def test_a_hint_that_is_not_only_demand_ends_the_spacing_at_once() -> None:
+    """A full cluster: creates keep the lane spaced out; a session ends (room freed) and the next
+    cycle starts at once instead of a whole fruitless cycle later."""
+    starts: list[float] = []
+    second = asyncio.Event()
+
+    async def cycle() -> bool:
+        starts.append(asyncio.get_running_loop().time())
+        if len(starts) == 2:
+            second.set()
+        await asyncio.sleep(CYCLE)
+        return False
+
+    loop = CoordinatorLoop("test", cycle, long_interval=lambda: 3600, on_moved=lambda: None)
+    stop = asyncio.Event()
+    runner = asyncio.create_task(loop.run(stop))
+    loop.hint(demand=True)
+    await asyncio.sleep(CYCLE + 0.05)  # the first cycle ran and moved nothing: spaced by CYCLE
+    loop.hint(demand=True)
+    await asyncio.sleep(0.05)
+    assert len(starts) == 1, "demand alone waits out the spacing"
+    room = asyncio.get_running_loop().time()
+    loop.hint()
+    await asyncio.wait_for(second.wait(), 5)
+    stop.set()
+    await runner
+    assert starts[1] - room < CYCLE / 2
 
 
 async def _started_after_hint(debounce: float, busy_for: float) -> tuple[float, int]:
@@ -81,3 +112,9 @@ async def test_a_hint_to_an_idle_lane_runs_at_once_and_a_burst_makes_one_cycle()
     assert burst == 1  # ten hints right after a cycle: one more cycle
     delay, _ = await _started_after_hint(debounce=0.2, busy_for=0.0)
     assert delay >= 0.15  # right after a cycle: the rest of the debounce
+
+
+def test_a_demand_hint_names_its_lane_with_a_suffix() -> None:
+    assert parse_demand(as_demand("schedule.place")) == ("schedule.place", True)
+    assert parse_demand("schedule.place") == ("schedule.place", False)
+    assert parse_demand("schedule") == ("schedule", False)

@@ -34,6 +34,22 @@ class Hint(enum.StrEnum):
     ADMISSION = "admission"
 
 
+# A hint whose name ends so (`schedule.place+demand`) only says that more work arrived (a create);
+# the lane then keeps the spacing after a cycle that moved nothing (`CoordinatorLoop.hint`).
+DEMAND = "+demand"
+
+
+def as_demand(name: str) -> str:
+    return f"{name}{DEMAND}"
+
+
+def parse_demand(name: str) -> tuple[str, bool]:
+    """(the coordinator or lane named, whether the hint is demand only)."""
+    if name.endswith(DEMAND):
+        return name[: -len(DEMAND)], True
+    return name, False
+
+
 def hint_channel(prefix: str) -> str:
     return f"{prefix}:hints"
 

@@ -6,10 +6,12 @@ the debounce (`loops.short_cycle_debounce`) of its end, are coalesced into the n
 arrival, not by a timer).
 
 A short cycle that moved nothing spaces the next short cycle out by its own duration: hints that
-cannot lead anywhere (e.g. creates while every agent is full or held, which makes the placement
-lane re-read a window of thousands of waiting sessions) cost a lane at most half its time, and the
-process's event loop stays free for the API and the events. A cycle that moved something is
-followed at once.
+only add demand (`hint(demand=True)`: creates while every agent is full or held, which makes the
+placement lane re-read a window of thousands of waiting sessions) cost a lane at most half its
+time, and the process's event loop stays free for the API and the events. Any other hint (room
+freed, an agent back or undrained, the next step of a hand-off) may lead somewhere, so it ends
+that spacing at once: a full cluster places its next session as soon as one ends, not a whole
+fruitless cycle later. A cycle that moved something is followed at once.
 
 A cycle that fails never ends its loop: the next one tries again. While PostgreSQL or Redis is
 away (`common.outages`), the first failed cycle is logged as a warning and the rest quietly, until
@@ -49,12 +51,17 @@ class CoordinatorLoop:
         self._debounce = debounce
         self.on_moved: Callable[[], None] = on_moved or self.hint
         self._hint = asyncio.Event()
+        self._news = asyncio.Event()  # a hint that is not only demand is waiting
         self._lock = asyncio.Lock()
         self._away = False  # the last cycle failed because a service is unreachable
         self._quiet_until = 0.0  # (monotonic) no short cycle before this
         self._ended = -math.inf  # (monotonic) when the last short cycle ended
 
-    def hint(self) -> None:
+    def hint(self, demand: bool = False) -> None:
+        """Run a short cycle soon; `demand`: the hint only says more work arrived (a create), so
+        it waits out the spacing after a cycle that moved nothing."""
+        if not demand:
+            self._news.set()
         self._hint.set()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -70,9 +77,10 @@ class CoordinatorLoop:
             if settle > 0:
                 await asyncio.sleep(settle)
             quiet = self._quiet_until - time.monotonic()
-            if quiet > 0:
-                await _wait_any(stop, None, quiet)
+            if quiet > 0 and not self._news.is_set():
+                await _wait_any(self._news, stop, quiet)
             self._hint.clear()
+            self._news.clear()
             started = time.monotonic()
             if not await self._run_once("short"):
                 self._quiet_until = time.monotonic() + (time.monotonic() - started)

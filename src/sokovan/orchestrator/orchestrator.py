@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from sokovan.bus.hints import Hint
+from sokovan.bus.hints import Hint, parse_demand
 from sokovan.bus.routing import RoutingBus
 from sokovan.bus.user_events import UserEventPublisher
 from sokovan.common.rpc import AgentRPCClient
@@ -312,10 +312,12 @@ class SokovanOrchestrator:
         return [loop for loop in self.loops.get(coordinator, []) if name in (coordinator, loop.name)]
 
     def hint(self, *names: str) -> None:
-        """Wake this manager's loops for each of `names` (as hints arrive over Redis)."""
+        """Wake this manager's loops for each of `names` (as hints arrive over Redis; a name may
+        carry the demand-only suffix, `bus.hints.DEMAND`)."""
         for name in names:
-            for loop in self._named(name):
-                loop.hint()
+            named, demand = parse_demand(name)
+            for loop in self._named(named):
+                loop.hint(demand=demand)
 
     def wake(self, *names: str) -> None:
         """Wake the loops for each of `names` wherever they run: here when this manager holds

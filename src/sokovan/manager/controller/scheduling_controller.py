@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 from sqlalchemy import select
 
-from sokovan.bus.hints import Hint
+from sokovan.bus.hints import Hint, as_demand
 from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
 from sokovan.common.preemption import PREEMPT_MODE, PreemptionMode
 from sokovan.common.slots import ResourceSlots
@@ -52,6 +52,7 @@ log = structlog.get_logger(__name__)
 
 TERMINATE_HANDLER = "api.terminate"
 HINT_COALESCE = 0.005
+CREATED = as_demand(PLACE)  # what a create hints: more demand for the placement lane
 # Statuses a terminate request moves to TERMINATING: the session holds (or is getting) kernels.
 STARTED = frozenset(
     {
@@ -215,10 +216,11 @@ class SchedulingController:
 
     # -- shared -------------------------------------------------------------------------------
 
-    def _hint(self, name: str = PLACE) -> None:
+    def _hint(self, name: str = CREATED) -> None:
         """Hint the schedulers, at most once per `HINT_COALESCE` seconds per process: a burst of
         requests becomes one hint, and the last request is never left without one. A create wakes
-        the placement lane only; a terminate (`Hint.SCHEDULE`) every session lane."""
+        the placement lane only, as demand (`CREATED`); a terminate (`Hint.SCHEDULE`) every session
+        lane."""
         self._hint_names.add(name)
         self._flush_soon()
 
