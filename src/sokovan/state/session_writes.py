@@ -256,19 +256,27 @@ _MERGE_KEY = ("handler", "result", "from_status", "to_status")
 async def _record_history(conn: AsyncConnection, rows: list[dict[str, Any]], now: dt.datetime) -> None:
     """Insert history rows, merging each into its session's latest row when that row has the same
     handler, outcome and statuses (a run repeating itself): the attempt counter goes up and the
-    message and time are the latest, so a session retried 50 times has one row saying so."""
-    latest = await conn.execute(
-        select(
-            SessionSchedulingHistory.id,
-            SessionSchedulingHistory.session_id,
-            SessionSchedulingHistory.attempt,
-            *(getattr(SessionSchedulingHistory, k) for k in _MERGE_KEY),
+    message and time are the latest, so a session retried 50 times has one row saying so.
+
+    Only a row that leaves the status as it was can repeat the latest one: a move (from one status
+    to another) follows a row that took the session into its `from` status, since every status
+    change writes its row here. So the latest rows are read only for the sessions that stay, and a
+    batch of moves (the common case: every hand-off) is one statement, not two."""
+    staying = {r["session_id"] for r in rows if r["from_status"] == r["to_status"]}
+    last: dict[uuid.UUID, Any] = {}
+    if staying:
+        latest = await conn.execute(
+            select(
+                SessionSchedulingHistory.id,
+                SessionSchedulingHistory.session_id,
+                SessionSchedulingHistory.attempt,
+                *(getattr(SessionSchedulingHistory, k) for k in _MERGE_KEY),
+            )
+            .where(among(SessionSchedulingHistory.session_id, staying))
+            .ext(distinct_on(SessionSchedulingHistory.session_id))
+            .order_by(SessionSchedulingHistory.session_id, SessionSchedulingHistory.id.desc())
         )
-        .where(among(SessionSchedulingHistory.session_id, {r["session_id"] for r in rows}))
-        .ext(distinct_on(SessionSchedulingHistory.session_id))
-        .order_by(SessionSchedulingHistory.session_id, SessionSchedulingHistory.id.desc())
-    )
-    last = {r.session_id: r for r in latest}
+        last = {r.session_id: r for r in latest}
     merges: list[dict[str, Any]] = []
     inserts: list[dict[str, Any]] = []
     for row in rows:

@@ -41,7 +41,9 @@ class AgentSnapshot:
     held: list[Hold] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.free = self.available - self.occupied
+        # Most agents of a large cluster hold nothing at a given cycle: their free room is their
+        # capacity itself (slots are never changed in place, only replaced), not a copy of it.
+        self.free = self.available - self.occupied if self.occupied else self.available
 
     def take(self, slots: ResourceSlots, kernels: int) -> None:
         self.occupied = self.occupied + slots
