@@ -71,3 +71,27 @@ async def test_a_burst_of_sessions_is_analyzed_and_a_quiet_table_is_not(engine: 
         assert await keeper.run() == [], "analyzed once, not every cycle"
     finally:
         await writer.dispose()
+
+
+async def test_a_table_whose_lock_is_held_is_left_for_the_next_cycle(engine: AsyncEngine) -> None:
+    seed = await Seed(engine).tenancy()
+    keeper = FreshStatistics(engine, tables=["sessions"])
+    writer = create_async_engine(engine.url, pool_size=1, max_overflow=0)
+    try:
+        await bulk_sessions(
+            writer,
+            AT_LEAST + 100,
+            tag="held",
+            access_key="AK1",
+            user_id=seed.user_id,
+            project_id=seed.project_id,
+        )
+        async with writer.connect() as conn:
+            await conn.execute(text("SELECT pg_stat_force_next_flush()"))
+        async with engine.connect() as holder:  # what autovacuum holds while it analyzes
+            await holder.execute(text("LOCK TABLE sessions IN SHARE UPDATE EXCLUSIVE MODE"))
+            assert await keeper.run() == []
+            await holder.rollback()
+        assert await keeper.run() == ["sessions"]
+    finally:
+        await writer.dispose()
