@@ -183,12 +183,19 @@ def check_signature(
     return SignedRequest(timestamp, nonce) if verify(secret, payload, sig) else None
 
 
+# Calls in flight at once, to all agents together. aiohttp's default (100) made the lanes that
+# "call every agent at once" call a thousand agents a hundred at a time: the burst of `make bench`
+# left thousands of PREPARED sessions waiting for the start lane. Each call holds one socket.
+MAX_CONNECTIONS = 1000
+
+
 class AgentRPCClient:
     """Calls agents by their announced `host:port`; one HTTP session for all of them."""
 
-    def __init__(self, secret: str, timeout: float = 10.0) -> None:
+    def __init__(self, secret: str, timeout: float = 10.0, connections: int = MAX_CONNECTIONS) -> None:
         self._secret = secret
         self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._connections = connections
         self._session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -200,7 +207,8 @@ class AgentRPCClient:
         self, rpc_addr: str, method: str, request: BaseModel, agent_id: str = ""
     ) -> dict[str, Any]:
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
+            connector = aiohttp.TCPConnector(limit=self._connections)
+            self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
         body = request.model_dump_json().encode()
         url = f"http://{rpc_addr}{rpc_path(method)}"
         headers = signed_headers(self._secret, body, method=method, agent_id=agent_id)
