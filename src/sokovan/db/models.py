@@ -29,6 +29,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from sokovan.common.types import EndpointLifecycle
+from sokovan.db import retry_rows
 from sokovan.db.base import Base, created_at_column
 
 SLOTS = JSONB
@@ -161,6 +162,10 @@ class Session(Base):
             "terminated_at",
             postgresql_where=column("terminated_at").is_not(None),
         ),
+        # The retry lane's reads: only the sessions still waiting for it (`retry_rows`).
+        Index("ix_sessions_retry_undecided", "created_at", postgresql_where=text(retry_rows.UNDECIDED)),
+        Index("ix_sessions_retry_scheduled", "created_at", postgresql_where=text(retry_rows.SCHEDULED)),
+        Index("ix_sessions_retry_uncounted", "id", postgresql_where=text(retry_rows.UNCOUNTED_SUCCESS)),
     )
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
     name: Mapped[str] = mapped_column(String(128), nullable=False)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import structlog
-from sqlalchemy import Row, and_, or_, select, text
+from sqlalchemy import Row, Select, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -30,8 +30,9 @@ from sokovan.bus.hints import Hint
 from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
 from sokovan.common.metrics import RETRY_EXHAUSTED, RETRY_SCHEDULED, RETRY_SUCCEEDED
 from sokovan.common.retry_policy import RetryPolicy
-from sokovan.common.types import FailureCause, KernelStatus, SessionResult, SessionStatus
+from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.config.cluster import ClusterConfig
+from sokovan.db import retry_rows
 from sokovan.db.models import AuditLog, Domain, Kernel, Project, Session, SessionDependency
 from sokovan.orchestrator.locks import CycleLock, run_exclusive
 from sokovan.orchestrator.retry.policy import classify_failure, effective_policy, is_eligible, retry_delay
@@ -56,25 +57,17 @@ _MARK_CHILD = text(
     " WHERE id = :id AND status_info -> 'retry' ->> 'decision' = 'scheduled'"
     " AND NOT (status_info -> 'retry' ? 'child')"
 )
-# A retried session that ended well is counted once (:terminated / :success from the enums).
+# A retried session that ended well is counted once.
 _COUNT_SUCCESSES = text(
     "UPDATE sessions"
     ' SET status_info = status_info || \'{"retry": {"decision": "succeeded"}}\''
-    " WHERE status = :terminated AND result = :success AND retry_count > 0"
-    " AND NOT (status_info ? 'retry') RETURNING id"
+    f" WHERE {retry_rows.UNCOUNTED_SUCCESS} RETURNING id"
 )
-
-
 # The sessions a decision is taken for: those that failed (ERROR, CANCELLED) and the preempted
 # (TERMINATED with no result and cause PREEMPTED). A user's terminate (TERMINATED, no result,
-# USER_CANCELLED) is never read: it is not retried.
-_ENDED_BADLY = or_(
-    Session.status.in_([SessionStatus.ERROR.value, SessionStatus.CANCELLED.value]),
-    and_(
-        Session.status == SessionStatus.TERMINATED.value,
-        Session.status_info["cause"].astext == FailureCause.PREEMPTED.value,
-    ),
-)
+# USER_CANCELLED) is never read: it is not retried. Each of the lane's reads is the condition of
+# a partial index (`db.retry_rows`), so a cycle reads what waits for it, never the whole table.
+_UNDECIDED = text(retry_rows.UNDECIDED)
 
 
 class RetryCoordinator:
@@ -107,19 +100,7 @@ class RetryCoordinator:
         now = dt.datetime.now(dt.UTC)
         events: list[UserEvent] = []
         async with self._engine.begin() as conn:
-            rows = (
-                await conn.execute(
-                    select(
-                        *Session.__table__.c,
-                        Project.retry_policy_default.label("project_default"),
-                        Domain.retry_policy_default.label("domain_default"),
-                    )
-                    .join(Project, Project.id == Session.project_id)
-                    .join(Domain, Domain.name == Session.domain_name)
-                    .where(_ENDED_BADLY, ~Session.status_info.has_key("retry"))
-                    .limit(BATCH)
-                )
-            ).all()
+            rows = (await conn.execute(undecided_query())).all()
             decided = [(row.id, *self._decision(row, now)) for row in rows]
             if not decided:
                 return 0
@@ -295,32 +276,47 @@ class RetryCoordinator:
 
     async def count_successes(self) -> int:
         async with self._engine.begin() as conn:
-            done = await conn.execute(
-                _COUNT_SUCCESSES,
-                {"terminated": SessionStatus.TERMINATED.value, "success": SessionResult.SUCCESS.value},
-            )
+            done = await conn.execute(_COUNT_SUCCESSES)
             n = len(done.all())
         if n:
             RETRY_SUCCEEDED.inc(n)
         return n
 
 
-async def _due(conn: AsyncConnection, now: dt.datetime) -> Sequence[Row[Any]]:
+def undecided_query() -> Select[Any]:
+    """The sessions a retry decision is due for, with their project's and domain's defaults."""
     return (
-        await conn.execute(
-            select(*Session.__table__.c)
-            .where(
-                text(
-                    "status_info -> 'retry' ->> 'decision' = 'scheduled'"
-                    " AND NOT (status_info -> 'retry' ? 'child')"
-                    " AND CAST(status_info -> 'retry' ->> 'due_at' AS timestamptz) <= :now"
-                ).bindparams(now=now)
-            )
-            .order_by(Session.created_at)
-            .limit(BATCH)
-            .with_for_update(skip_locked=True)
+        select(
+            *Session.__table__.c,
+            Project.retry_policy_default.label("project_default"),
+            Domain.retry_policy_default.label("domain_default"),
         )
-    ).all()
+        .join(Project, Project.id == Session.project_id)
+        .join(Domain, Domain.name == Session.domain_name)
+        .where(_UNDECIDED)
+        .limit(BATCH)
+    )
+
+
+def due_query(now: dt.datetime) -> Select[Any]:
+    """The sessions whose scheduled retry is due at `now` and not yet dispatched."""
+    return (
+        select(*Session.__table__.c)
+        .where(
+            text(
+                f"{retry_rows.SCHEDULED}"
+                " AND CAST(sessions.status_info -> 'retry' ->> 'due_at' AS timestamptz) <= :now"
+            ).bindparams(now=now)
+        )
+        .order_by(Session.created_at)
+        .limit(BATCH)
+        .with_for_update(skip_locked=True)
+    )
+
+
+async def _due(conn: AsyncConnection, now: dt.datetime) -> Sequence[Row[Any]]:
+    rows: Sequence[Row[Any]] = (await conn.execute(due_query(now))).all()
+    return rows
 
 
 def _json(value: dict[str, Any]) -> str:
