@@ -13,6 +13,7 @@ only to be told why they wait (once, while they have no pending_reason) and to e
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import enum
 import uuid
@@ -31,6 +32,9 @@ from sokovan.db.models import Agent, Kernel, ScalingGroup, Session, SessionDepen
 from sokovan.state.status_info import SessionStatusInfo, status_info_of
 
 BATCH_LIMIT = 5000
+# Rows turned into sessions between two turns of the event loop: a lane reading thousands of
+# sessions must not hold the process's API and event consumer for the whole of it.
+YIELD_EVERY = 250
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,15 @@ async def fetch_sessions(
         )
         for sid, dep in dep_rows:
             deps[sid].append(dep)
-    return [_session(r, kernels.get(r.id, []), tuple(deps.get(r.id, ()))) for r in rows]
+    out: list[SessionWithKernels] = []
+    for start in range(0, len(rows), YIELD_EVERY):
+        if start:
+            await asyncio.sleep(0)  # thousands of rows: let the API and the events in between
+        out += [
+            _session(r, kernels.get(r.id, []), tuple(deps.get(r.id, ())))
+            for r in rows[start : start + YIELD_EVERY]
+        ]
+    return out
 
 
 def sessions_query(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus
 from sokovan.orchestrator.provisioner.build import provisioner_for
 from sokovan.orchestrator.provisioner.snapshot import AgentSnapshot, KeypairPolicy, Quota, Tenancy
+from sokovan.state.session_reads import YIELD_EVERY
 from tests.orchestrator.factories import agent, session, snapshot
 
 
@@ -120,3 +123,29 @@ def test_a_rescheduled_session_avoids_the_agent_it_failed_on_unless_it_is_the_on
     only = snapshot(agent("a"))
     (placement,) = provisioner_for(only).plan([s], only).placements
     assert set(placement.kernels.values()) == {"a"}
+
+
+async def test_planning_cooperatively_is_the_same_plan_and_lets_other_tasks_run() -> None:
+    """The placement lane plans thousands of sessions in steps, handing the event loop back between
+    them (the API and the event consumer share the process); the plan is the one `plan` makes."""
+    sessions = [session(cpu=1, created=i) for i in range(1000)]
+    at_once, in_steps = (snapshot(*(agent(f"a{i:03d}", cpu=4) for i in range(200))) for _ in range(2))
+    expected = provisioner_for(at_once).plan(sessions, at_once)
+    turns = 0
+
+    async def other_task() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(other_task())
+    await asyncio.sleep(0)
+    started = turns
+    got = await provisioner_for(in_steps).plan_cooperatively(sessions, in_steps)
+    task.cancel()
+    assert [(p.session_id, p.kernels) for p in got.placements] == [
+        (p.session_id, p.kernels) for p in expected.placements
+    ]
+    assert got.waiting == expected.waiting and len(got.placements) == 800
+    assert turns - started >= len(sessions) // YIELD_EVERY - 1

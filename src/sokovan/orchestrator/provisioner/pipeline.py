@@ -19,10 +19,12 @@ and otherwise waits for its victims; one whose nomination lapsed competes again 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from sokovan.common.preemption import NOMINATED_AGENTS, PreemptionMode
 from sokovan.common.slots import ResourceSlots
@@ -48,7 +50,7 @@ from sokovan.orchestrator.provisioner.snapshot import (
 )
 from sokovan.orchestrator.provisioner.stages import Reject, Selector, Sequencer, Validator, Wait
 from sokovan.orchestrator.provisioner.victims import select_victims
-from sokovan.state.session_reads import SessionWithKernels
+from sokovan.state.session_reads import YIELD_EVERY, SessionWithKernels
 
 
 def why_not(
@@ -97,10 +99,36 @@ class Provisioner:
     _no_victims: set[tuple[object, ...]] = field(default_factory=set)
 
     def plan(self, sessions: Sequence[SessionWithKernels], snapshot: ScalingGroupSnapshot) -> Plan:
+        steps = self.planning(sessions, snapshot)
+        try:
+            while True:
+                next(steps)
+        except StopIteration as done:
+            return cast(Plan, done.value)
+
+    async def plan_cooperatively(
+        self, sessions: Sequence[SessionWithKernels], snapshot: ScalingGroupSnapshot
+    ) -> Plan:
+        """`plan`, handing the event loop back every `YIELD_EVERY` sessions: a cycle that plans
+        thousands of sessions must not hold the process's API and event consumer for all of it."""
+        steps = self.planning(sessions, snapshot)
+        try:
+            while True:
+                next(steps)
+                await asyncio.sleep(0)
+        except StopIteration as done:
+            return cast(Plan, done.value)
+
+    def planning(
+        self, sessions: Sequence[SessionWithKernels], snapshot: ScalingGroupSnapshot
+    ) -> Generator[None, None, Plan]:
+        """The plan, computed in steps: it yields after every `YIELD_EVERY` sessions."""
         plan = Plan()
         snapshot.pending_rank = rank_pending(sessions)
         blocker: SessionWithKernels | None = None
-        for session in self.sequencer.sequence(sessions, snapshot):
+        for n, session in enumerate(self.sequencer.sequence(sessions, snapshot), 1):
+            if n % YIELD_EVERY == 0:
+                yield
             verdict = self._validate(session, snapshot)
             if isinstance(verdict, Reject):
                 plan.rejected[session.id] = (verdict.cause, verdict.message)

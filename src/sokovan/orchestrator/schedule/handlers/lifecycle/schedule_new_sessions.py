@@ -88,7 +88,7 @@ class ScheduleNewSessions(SessionHandler):
                     log.error("schedule.misconfigured_scaling_group", scaling_group=sg_name, error=str(exc))
                     result.skipped.update({s.id: f"scaling group misconfigured: {exc}" for s in sessions})
                     continue
-                plan = provisioner.plan(sessions, snapshot)
+                plan = await provisioner.plan_cooperatively(sessions, snapshot)
                 committed, conflicts = await self._allocator.allocate(conn, plan, sg_name)
                 result.successes.extend(committed)
                 result.skipped.update(plan.waiting)
