@@ -1,7 +1,8 @@
 """The retry lane's reads use their partial indexes (`db.retry_rows`): the planner takes a partial
 index only when the statement's condition implies the index's, so a reworded condition would fall
-back silently to reading every session kept. With sequential scans disabled, each statement's plan
-must name its index."""
+back silently to reading every session kept. With sequential scans disabled and the table's other
+indexes dropped for the transaction (so the table's statistics, left by whichever test ran before,
+cannot make another index look cheaper), each statement's plan must name its index."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from sokovan.db.models import Session
 from sokovan.orchestrator.retry import engine as retry
 
 
@@ -31,6 +33,9 @@ def sql(statement: object) -> str:
 async def test_each_read_uses_its_index(engine: AsyncEngine, index: str, statement: object) -> None:
     async with engine.begin() as conn:
         await conn.execute(text("SET LOCAL enable_seqscan = off"))
+        for other in Session.__table__.indexes:
+            if other.name != index:
+                await conn.execute(text(f'DROP INDEX "{other.name}"'))
         plan = "\n".join(row[0] for row in await conn.execute(text("EXPLAIN " + statement())))  # type: ignore[operator]
         await conn.rollback()
     assert index in plan, plan
