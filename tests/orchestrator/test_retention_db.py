@@ -16,11 +16,10 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.common.settings import Settings
-from sokovan.common.types import KernelStatus, RouteStatus, SessionStatus
+from sokovan.common.types import EndpointLifecycle, KernelStatus, RouteStatus, SessionStatus
 from sokovan.config.cluster import ClusterConfig, EtcdConfigWatcher
 from sokovan.db.models import (
     AuditLog,
-    Deployment,
     Kernel,
     KernelSchedulingHistory,
     Route,
@@ -142,7 +141,7 @@ async def test_what_is_still_needed_stays(engine: AsyncEngine) -> None:
     unneeded = await ended_session(seed, "dep-of-ended", 40)
     ended_waiter = await ended_session(seed, "ended-waiter", 40)
     # A replica whose route is still live stays; one whose route ended goes, with its route.
-    deployment = uuid.uuid4()
+    deployment = await seed.deployment(EndpointLifecycle.READY)
     replica_live = await ended_session(seed, "replica-live-route", 40)
     replica_done = await ended_session(seed, "replica-ended-route", 40)
     # A retry the engine scheduled and has not created yet.
@@ -159,22 +158,6 @@ async def test_what_is_still_needed_stays(engine: AsyncEngine) -> None:
                 {"session_id": waiting, "depends_on": needed},
                 {"session_id": ended_waiter, "depends_on": unneeded},
             ],
-        )
-        await conn.execute(
-            insert(Deployment).values(
-                id=deployment,
-                name="d",
-                type="custom",
-                access_key="AK1",
-                user_id=seed.user_id,
-                project_id=seed.project_id,
-                domain_name="default",
-                scaling_group="default",
-                replicas=1,
-                definition={},
-                health_check={},
-                status="READY",
-            )
         )
         await conn.execute(
             insert(Route),

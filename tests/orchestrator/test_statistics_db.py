@@ -42,21 +42,16 @@ async def last_analyzed(engine: AsyncEngine, table: str) -> tuple[int, object]:
     return int(row[0]), row[1]
 
 
-async def test_a_burst_of_sessions_is_analyzed_and_a_quiet_table_is_not(engine: AsyncEngine) -> None:
-    seed = await Seed(engine).tenancy()
-    keeper = FreshStatistics(engine)
-    async with engine.begin() as conn:  # whatever earlier tests left: a clean start
-        await conn.execute(text("ANALYZE sessions"))
-        await conn.execute(text("ANALYZE kernels"))
-
-    # One connection writes and flushes its statistics at once (PostgreSQL otherwise reports an
-    # idle backend's counts up to ten seconds later).
+async def write_burst(engine: AsyncEngine, seed: Seed, tag: str) -> None:
+    """`AT_LEAST + 100` sessions with their kernels, written by one connection that flushes its
+    statistics at once (PostgreSQL otherwise reports an idle backend's counts up to ten seconds
+    later)."""
     writer = create_async_engine(engine.url, pool_size=1, max_overflow=0)
     try:
         await bulk_sessions(
             writer,
             AT_LEAST + 100,
-            tag="burst",
+            tag=tag,
             access_key="AK1",
             user_id=seed.user_id,
             project_id=seed.project_id,
@@ -64,34 +59,31 @@ async def test_a_burst_of_sessions_is_analyzed_and_a_quiet_table_is_not(engine: 
         )
         async with writer.connect() as conn:
             await conn.execute(text("SELECT pg_stat_force_next_flush()"))
-        before = await last_analyzed(engine, "sessions")
-        assert await keeper.run() == ["kernels", "sessions"]
-        count, changed = await last_analyzed(engine, "sessions")
-        assert (count, changed) == (before[0] + 1, 0)
-        assert await keeper.run() == [], "analyzed once, not every cycle"
     finally:
         await writer.dispose()
+
+
+async def test_a_burst_of_sessions_is_analyzed_and_a_quiet_table_is_not(engine: AsyncEngine) -> None:
+    seed = await Seed(engine).tenancy()
+    keeper = FreshStatistics(engine)
+    async with engine.begin() as conn:  # whatever earlier tests left: a clean start
+        await conn.execute(text("ANALYZE sessions"))
+        await conn.execute(text("ANALYZE kernels"))
+
+    await write_burst(engine, seed, "burst")
+    before = await last_analyzed(engine, "sessions")
+    assert await keeper.run() == ["kernels", "sessions"]
+    count, changed = await last_analyzed(engine, "sessions")
+    assert (count, changed) == (before[0] + 1, 0)
+    assert await keeper.run() == [], "analyzed once, not every cycle"
 
 
 async def test_a_table_whose_lock_is_held_is_left_for_the_next_cycle(engine: AsyncEngine) -> None:
     seed = await Seed(engine).tenancy()
     keeper = FreshStatistics(engine, tables=["sessions"])
-    writer = create_async_engine(engine.url, pool_size=1, max_overflow=0)
-    try:
-        await bulk_sessions(
-            writer,
-            AT_LEAST + 100,
-            tag="held",
-            access_key="AK1",
-            user_id=seed.user_id,
-            project_id=seed.project_id,
-        )
-        async with writer.connect() as conn:
-            await conn.execute(text("SELECT pg_stat_force_next_flush()"))
-        async with engine.connect() as holder:  # what autovacuum holds while it analyzes
-            await holder.execute(text("LOCK TABLE sessions IN SHARE UPDATE EXCLUSIVE MODE"))
-            assert await keeper.run() == []
-            await holder.rollback()
-        assert await keeper.run() == ["sessions"]
-    finally:
-        await writer.dispose()
+    await write_burst(engine, seed, "held")
+    async with engine.connect() as holder:  # what autovacuum holds while it analyzes
+        await holder.execute(text("LOCK TABLE sessions IN SHARE UPDATE EXCLUSIVE MODE"))
+        assert await keeper.run() == []
+        await holder.rollback()
+    assert await keeper.run() == ["sessions"]

@@ -1,9 +1,9 @@
 """MaintenanceCoordinator: the long-cycle lane that keeps the cluster honest.
 
 Each cycle: the planner's statistics of sessions and kernels are refreshed when a burst changed
-them (`statistics`); kernels whose events seem lost are reconciled with their agents; live kernels of ended
-sessions are ended and counted as drift, and processes agents still run for ended kernels are
-destroyed; every `Retention.every` seconds, old terminal sessions are removed (`retention`); and
+them (`statistics`); kernels whose events seem lost are reconciled with their agents; live kernels
+of ended sessions are ended and counted as drift, and processes agents still run for ended kernels
+are destroyed; every `Retention.every` seconds, old terminal sessions are removed (`retention`); and
 every few seconds the gauges of sessions and deployments by status are recounted (`census`).
 Runs under its own cluster-wide lock, like every periodic task. (Agents that stop heartbeating are
 the node lifecycle lane's: `orchestrator.node`.)"""

@@ -54,8 +54,7 @@ _DECIDE = text(
 _MARK_CHILD = text(
     "UPDATE sessions"
     " SET status_info = jsonb_set(status_info, '{retry,child}', to_jsonb(CAST(:child AS text)))"
-    " WHERE id = :id AND status_info -> 'retry' ->> 'decision' = 'scheduled'"
-    " AND NOT (status_info -> 'retry' ? 'child')"
+    f" WHERE id = :id AND {retry_rows.SCHEDULED}"
 )
 # A retried session that ended well is counted once.
 _COUNT_SUCCESSES = text(
