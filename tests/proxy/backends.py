@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 
 from aiohttp import web
 
@@ -107,3 +109,31 @@ class Backend:
         assert request.transport is not None
         request.transport.close()
         return out
+
+
+class Resetter:
+    """A replica killed while a request waits in its socket: it accepts connections and, once a
+    request arrives, closes them with a reset (SO_LINGER 0), as the kernel does for a process killed
+    with unread data."""
+
+    def __init__(self) -> None:
+        self.url = ""
+        self.resets = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> Resetter:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.resets += 1
+        writer.transport.abort()

@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 from yarl import URL
 
 from sokovan.common.settings import Settings
-from tests.proxy.backends import dead_endpoint
+from tests.proxy.backends import Resetter, dead_endpoint
 from tests.proxy.conftest import Backends, Serve, StartProxy, applied, eventually, publish, target
 
 
@@ -237,3 +237,31 @@ async def test_an_endpoint_with_a_path_prefix_like_a_hollow_kernel(
         return counts is not None and counts.successes >= 1
 
     await eventually(probed)
+
+
+async def test_a_reset_connection_sends_a_bodiless_idempotent_request_to_the_next_replica(
+    redis: aioredis.Redis,
+    proxy_settings: Settings,
+    start_proxy: StartProxy,
+    backends: Backends,
+    client: aiohttp.ClientSession,
+) -> None:
+    """A replica killed while the request sat unread in its socket resets the connection: a GET goes
+    on to the next replica; a POST, whose body the replica may have acted on, is a 502."""
+    (r1,) = await backends("r1")
+    killed = await Resetter().start()
+    try:
+        proxy = await start_proxy()
+        await applied(proxy, await publish(redis, proxy_settings, {"app": [killed.url, r1.url]}))
+        for _ in range(4):
+            async with client.get(f"{proxy.url}/app/whoami") as resp:
+                assert resp.status == 200
+                assert await resp.text() == "r1"
+        assert killed.resets >= 1
+        statuses = []
+        for _ in range(4):
+            async with client.post(f"{proxy.url}/app/echo/x", data=b"payload") as resp:
+                statuses.append(resp.status)
+        assert 502 in statuses and set(statuses) <= {200, 502}
+    finally:
+        await killed.stop()

@@ -3,8 +3,9 @@
 The request (method, headers less the hop-by-hop ones, query string, body streamed as it arrives)
 goes to the first endpoint `Balancer.candidates` names. If the connection to it fails before any
 byte was sent (refused, reset or timed out while connecting) the next candidate gets it, each at
-most once; a bodiless idempotent request is also re-sent when a reused keep-alive connection turns
-out to have been closed by the replica. The response (status, headers, body) streams back chunk by
+most once; a bodiless idempotent request is also re-sent when the replica closed or reset the
+connection without answering (a reused keep-alive connection it had closed, or a replica killed with
+the request unread in its socket). The response (status, headers, body) streams back chunk by
 chunk, so server-sent events and long responses flow as the replica writes them. If the replica
 breaks off mid-response the client's connection is closed, so the truncation is visible; if the
 client goes away, the replica's connection is closed with it.
@@ -17,6 +18,7 @@ failed after the request was sent.
 from __future__ import annotations
 
 import asyncio
+import errno
 
 import aiohttp
 import structlog
@@ -33,6 +35,17 @@ log = structlog.get_logger(__name__)
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 # What aiohttp would otherwise add on its own: the replica sees the client's headers, not ours.
 SKIP_AUTO_HEADERS = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type"})
+
+
+# What a replica that dropped the connection without answering leaves (besides a clean close).
+_DROPPED_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
+
+
+def _dropped(exc: aiohttp.ClientError) -> bool:
+    """The replica closed or reset the connection before any answer."""
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return True
+    return isinstance(exc, aiohttp.ClientOSError) and exc.errno in _DROPPED_ERRNOS
 
 
 def split_path(raw_path: str) -> tuple[str, str]:
@@ -85,8 +98,8 @@ class Forwarder:
                 log.warning("proxy.replica_unreachable", deployment=name, endpoint=endpoint, error=str(exc))
                 self._balancer.mark_failed(endpoint)
                 continue
-            except aiohttp.ServerDisconnectedError as exc:
-                if retry_on_disconnect:
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                if retry_on_disconnect and _dropped(exc):
                     log.info("proxy.replica_disconnected", deployment=name, endpoint=endpoint, error=str(exc))
                     continue
                 return self._bad_gateway(name, endpoint, exc)
