@@ -6,26 +6,19 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import event, update
+from sqlalchemy import delete, func, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.db.models import Agent
 from sokovan.orchestrator.provisioner.agent_statics import AgentStatics
 from tests.orchestrator.db_seed import Seed
+from tests.support import statements_sent
 
 
 async def _read(engine: AsyncEngine, cache: AgentStatics) -> tuple[dict[str, Any], int]:
-    statements: list[str] = []
-
-    def count(*args: Any) -> None:
-        statements.append(str(args[2]))
-
-    event.listen(engine.sync_engine, "before_cursor_execute", count)
-    try:
+    with statements_sent(engine) as statements:
         async with engine.connect() as conn:
             agents = await cache.read(conn, ["default"])
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", count)
     return {a.id: (a.status, a.statics.available["cpu"], sorted(a.statics.images)) for a in agents}, len(
         statements
     )
@@ -58,3 +51,45 @@ async def test_capacity_and_images_are_parsed_again_only_when_they_change(engine
     assert statements == 2
     # Two caches (two managers) see the same.
     assert (await _read(engine, AgentStatics()))[0] == got
+
+
+async def test_an_unchanged_fleet_is_not_read_again_and_any_change_to_what_placement_reads_is(
+    engine: AsyncEngine,
+) -> None:
+    seed = await Seed(engine).tenancy()
+    for i in range(3):
+        await seed.agent(f"a{i}", cpu=4)
+    cache = AgentStatics()
+    async with engine.connect() as conn:
+        first = await cache.read(conn, ["default"])
+    # A heartbeat's own columns are not what placement reads: the same list, not rebuilt.
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(Agent).values(last_heartbeat_at=func.now(), heartbeat_seq=Agent.heartbeat_seq + 1)
+        )
+    async with engine.connect() as conn:
+        again = await cache.read(conn, ["default"])
+    assert [a.id for a in again] == ["a0", "a1", "a2"]
+    assert all(x is y for x, y in zip(first, again, strict=True))
+    # Each of status, schedulable, the kernel limit and capacity is read again when it changes.
+    for values in (
+        {"status": "LOST"},
+        {"schedulable": False},
+        {"max_kernels": 7},
+        {"available_slots": {"cpu": "9"}},
+    ):
+        async with engine.begin() as conn:
+            await conn.execute(update(Agent).where(Agent.id == "a1").values(**values))
+        async with engine.connect() as conn:
+            changed = {a.id: a for a in await cache.read(conn, ["default"])}
+        assert changed["a0"].statics is first[0].statics  # parsed once
+        got = changed["a1"]
+        column = next(iter(values))
+        seen = got.statics.available["cpu"] if column == "available_slots" else getattr(got, column)
+        assert seen == (Decimal(9) if column == "available_slots" else values[column])
+    # A new agent and a removed one.
+    await seed.agent("a3", cpu=4)
+    async with engine.begin() as conn:
+        await conn.execute(delete(Agent).where(Agent.id == "a0"))
+    async with engine.connect() as conn:
+        assert [a.id for a in await cache.read(conn, ["default"])] == ["a1", "a2", "a3"]

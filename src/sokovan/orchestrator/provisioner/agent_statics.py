@@ -7,7 +7,12 @@ capacity and image lists took about 12 ms of a cycle that placed one session; th
 answers the read in under a millisecond. So the cycle reads each agent's status and a fingerprint
 of those two columns (`md5`, computed by PostgreSQL), and the columns themselves only for the agents
 whose fingerprint is not the one parsed last time: after a change, a restart of the manager, or an
-agent it never saw. What a snapshot holds is exactly what the table holds at the read."""
+agent it never saw. What a snapshot holds is exactly what the table holds at the read.
+
+Most cycles find no agent changed at all (heartbeats do not touch what is read here), so the read
+first compares a digest of every agent's row, computed by PostgreSQL, with the one behind the list
+built last time: when they are equal the statement returns that one row and the list is reused;
+when not, the same statement returns the agents' rows."""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Text, cast, func, select
+from sqlalchemy import Text, cast, func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.slots import ResourceSlots
@@ -45,28 +50,46 @@ class AgentRead:
     statics: Statics
 
 
+_MAX_LISTS = 64  # sets of scaling groups whose lists are kept
+
+# The agents of some scaling groups with their fingerprints, and the digest of all of them: only the
+# digest (one row, the agents' columns null) when it is the one the caller knows.
+_AGENTS = text(
+    """
+    WITH a AS (
+        SELECT id, scaling_group, status, schedulable, max_kernels,
+               md5(concat(CAST(available_slots AS TEXT), '|', CAST(images AS TEXT))) AS fingerprint
+        FROM agents WHERE scaling_group = ANY(:groups)
+    ), d AS (
+        SELECT md5(string_agg(concat_ws('|', id, scaling_group, status, schedulable,
+                                        coalesce(CAST(max_kernels AS TEXT), '-'), fingerprint),
+                              ',' ORDER BY id)) AS digest
+        FROM a
+    )
+    SELECT d.digest, a.* FROM d LEFT JOIN a ON d.digest IS DISTINCT FROM :known ORDER BY a.id
+    """
+)
+
+
 class AgentStatics:
-    """Per process: the parsed capacity and images of each agent, by the digest they came from."""
+    """Per process: the parsed capacity and images of each agent, by the digest they came from, and
+    the list last read for each set of scaling groups, by the digest of all its agents."""
 
     def __init__(self) -> None:
         self._by_id: dict[str, Statics] = {}
+        self._lists: dict[tuple[str, ...], tuple[str, list[AgentRead]]] = {}
 
     async def read(self, conn: AsyncConnection, scaling_groups: Sequence[str]) -> list[AgentRead]:
-        """The agents of `scaling_groups`, by id: two statements at most, one when nothing changed."""
-        rows = (
-            await conn.execute(
-                select(
-                    Agent.id,
-                    Agent.scaling_group,
-                    Agent.status,
-                    Agent.schedulable,
-                    Agent.max_kernels,
-                    _FINGERPRINT,
-                )
-                .where(Agent.scaling_group.in_(scaling_groups))
-                .order_by(Agent.id)
-            )
-        ).all()
+        """The agents of `scaling_groups`, by id: one statement when nothing changed, two when an
+        agent's capacity or images did."""
+        key = tuple(sorted(scaling_groups))
+        known, last = self._lists.get(key, ("", []))
+        result = await conn.execute(_AGENTS, {"groups": list(key), "known": known})
+        found = result.all()
+        digest = (found[0].digest or "") if found else ""
+        rows = [r for r in found if r.id is not None]
+        if not rows and digest == known:
+            return list(last)
         stale = [r.id for r in rows if (s := self._by_id.get(r.id)) is None or s.fingerprint != r.fingerprint]
         if stale:
             await self._parse(conn, stale)
@@ -74,12 +97,24 @@ class AgentStatics:
             keep = {r.id for r in rows}
             self._by_id = {k: v for k, v in self._by_id.items() if k in keep}
         # An agent whose columns changed between the two reads gets its newest (one consistent
-        # row); one deleted between them is left out.
-        return [
-            AgentRead(r.id, r.scaling_group, r.status, r.schedulable, r.max_kernels, self._by_id[r.id])
-            for r in rows
-            if r.id in self._by_id
-        ]
+        # row); one deleted between them is left out. Either way the list is not the one the
+        # digest describes, and is not kept.
+        agents: list[AgentRead] = []
+        described = True
+        for r in rows:
+            statics = self._by_id.get(r.id)
+            if statics is None:
+                described = False
+                continue
+            described &= statics.fingerprint == r.fingerprint
+            agents.append(AgentRead(r.id, r.scaling_group, r.status, r.schedulable, r.max_kernels, statics))
+        if len(self._lists) >= _MAX_LISTS:
+            self._lists.clear()
+        if described:
+            self._lists[key] = (digest, agents)
+        else:
+            self._lists.pop(key, None)
+        return list(agents)
 
     async def _parse(self, conn: AsyncConnection, ids: list[str]) -> None:
         parsed = await conn.execute(
