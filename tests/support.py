@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Protocol
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, Protocol
 
 import redis.asyncio as aioredis
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 
 class Stoppable(Protocol):
@@ -28,7 +30,23 @@ async def scratch_redis(url: str, keys: str) -> AsyncIterator[aioredis.Redis]:
     """A client of the Redis at `url`; the keys matching the pattern `keys` are deleted afterwards."""
     client = aioredis.Redis.from_url(url)
     yield client
-    found = [k async for k in client.scan_iter(match=keys)]
+    # A thousand keys a SCAN: the events of earlier tests leave many nonce keys for minutes.
+    found = [k async for k in client.scan_iter(match=keys, count=1000)]
     if found:
         await client.delete(*found)
     await client.aclose()
+
+
+@contextmanager
+def statements_sent(engine: AsyncEngine) -> Iterator[list[str]]:
+    """The statements `engine` sends to the database within the block (an executemany is one)."""
+    sent: list[str] = []
+
+    def record(*args: Any) -> None:
+        sent.append(str(args[2]))
+
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)

@@ -69,7 +69,7 @@ async def clear_timings(settings: Settings) -> None:
 
 async def _clear_streams(settings: Settings) -> None:
     client = aioredis.Redis.from_url(settings.redis_url)
-    keys = [k async for k in client.scan_iter(match=f"{settings.etcd_prefix}*")]
+    keys = [k async for k in client.scan_iter(match=f"{settings.etcd_prefix}*", count=1000)]
     if keys:
         await client.delete(*keys)
     await client.aclose()

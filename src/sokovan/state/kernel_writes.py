@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import String, bindparam, func, insert, select, update
+from sqlalchemy import String, TextClause, bindparam, func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.bus.user_events import UserEvent
@@ -33,50 +33,57 @@ async def move_kernels_of_sessions(
 ) -> list[uuid.UUID]:
     """Move every kernel of `session_ids` that is in `expected` to `to_status` (guarded, batched)."""
     now = now or dt.datetime.now(dt.UTC)
-    values: dict[str, Any] = {"status": to_status.value, "status_changed_at": now}
-    if to_status.is_terminal:
-        values["terminated_at"] = func.coalesce(Kernel.terminated_at, now)
-    if to_status == KernelStatus.PENDING:
-        values["agent_id"] = None  # back in the queue: it holds nothing on any agent
-    # Lock the kernels in id order first, as the agent-event writer does: two writers taking the
-    # same rows in different orders deadlock, and each deadlock costs a second of detection.
-    ids = list(
-        (
-            await conn.execute(
-                select(Kernel.id)
-                .where(among(Kernel.session_id, session_ids), Kernel.status.in_([s.value for s in expected]))
-                .order_by(Kernel.id)
-                .with_for_update(key_share=True)
-            )
-        ).scalars()
-    )
-    if not ids:
+    if not session_ids:
         return []
     moved = await conn.execute(
-        update(Kernel)
-        .where(among(Kernel.id, ids), Kernel.status.in_([s.value for s in expected]))
-        .values(**values)
-        .returning(Kernel.id, Kernel.session_id)
-        .execution_options(synchronize_session=False)
+        _MOVES[_shape(to_status)],
+        {
+            "sessions": list(session_ids),
+            "expected": sorted(s.value for s in expected),
+            "to": to_status.value,
+            "now": now,
+            "source": source,
+        },
     )
-    rows = moved.all()
-    if rows:
-        await conn.execute(
-            insert(KernelSchedulingHistory),
-            [
-                {
-                    "kernel_id": r.id,
-                    "session_id": r.session_id,
-                    "source": source,
-                    "from_status": None,
-                    "to_status": to_status.value,
-                    "message": None,
-                    "created_at": now,
-                }
-                for r in rows
-            ],
+    return [r.id for r in moved]
+
+
+def _shape(to_status: KernelStatus) -> str:
+    """Which of `_MOVES` moves kernels to `to_status`: what else an end or a requeue sets."""
+    return "ended" if to_status.is_terminal else "queued" if to_status == KernelStatus.PENDING else "moved"
+
+
+def _move_statement(extra: str) -> TextClause:
+    """One statement, one round trip: lock the kernels in id order (as the agent-event writer
+    does: two writers taking the same rows in different orders deadlock, and each deadlock costs a
+    second of detection), move those still in an expected status, and write their history."""
+    return text(
+        f"""
+        WITH locked AS MATERIALIZED (
+            SELECT id FROM kernels
+            WHERE session_id = ANY(CAST(:sessions AS uuid[])) AND status = ANY(CAST(:expected AS text[]))
+            ORDER BY id
+            FOR NO KEY UPDATE
+        ), moved AS (
+            UPDATE kernels AS k SET status = :to, status_changed_at = :now{extra}
+            FROM locked
+            WHERE k.id = locked.id AND k.status = ANY(CAST(:expected AS text[]))
+            RETURNING k.id, k.session_id
+        ), written AS (
+            INSERT INTO kernel_scheduling_history
+                (kernel_id, session_id, source, from_status, to_status, message, created_at)
+            SELECT id, session_id, :source, NULL, :to, NULL, :now FROM moved
         )
-    return [r.id for r in rows]
+        SELECT id FROM moved ORDER BY id
+        """
+    )
+
+
+_MOVES: dict[str, TextClause] = {
+    "ended": _move_statement(", terminated_at = coalesce(k.terminated_at, :now)"),
+    "queued": _move_statement(", agent_id = NULL"),  # back in the queue: it holds nothing on any agent
+    "moved": _move_statement(""),
+}
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,13 @@ kernels by new PENDING ones (`replace_kernels`): the history row names the old k
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam, case, delete, func, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, text, update
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -157,14 +158,14 @@ async def apply_session_transitions(
         new_attempts = 0 if (t.reset_attempts or target != status) else attempts + int(t.bump_attempts)
         session_rows.append(
             {
-                "b_id": t.session_id,
-                "b_status": target.value,
-                "b_info": new_info,
-                "b_attempts": new_attempts,
-                "b_changed": now if target != status else None,
-                "b_terminated": now if target.is_terminal and not status.is_terminal else None,
-                "b_result": t.session_result.value if t.session_result else None,
-                "b_set_result": t.session_result is not None,
+                "id": str(t.session_id),
+                "status": target.value,
+                "info": new_info,
+                "attempts": new_attempts,
+                "changed": now.isoformat() if target != status else None,
+                "terminated": now.isoformat() if target.is_terminal and not status.is_terminal else None,
+                "result": t.session_result.value if t.session_result else None,
+                "set_result": t.session_result is not None,
             }
         )
         message = t.message
@@ -188,23 +189,20 @@ async def apply_session_transitions(
             kernel_moves.setdefault((t.kernel_to, t.kernel_expected), []).append(t.session_id)
         # Cache the new state so two transitions of one session in a batch chain correctly.
         current[t.session_id] = (target, new_info, new_attempts)
-    if session_rows:
+    inserts, merges = await _history_plan(conn, history_rows)
+    if session_rows or inserts:
         await conn.execute(
-            update(Session)
-            .where(Session.id == bindparam("b_id"))
-            .values(
-                status=bindparam("b_status"),
-                status_info=bindparam("b_info"),
-                phase_attempts=bindparam("b_attempts"),
-                status_changed_at=func.coalesce(bindparam("b_changed"), Session.status_changed_at),
-                terminated_at=func.coalesce(Session.terminated_at, bindparam("b_terminated")),
-                result=_keep_or_set(),
-            )
-            .execution_options(synchronize_session=False),
-            session_rows,
+            _WRITE,
+            {"sessions": json.dumps(_final(session_rows)), "history": json.dumps(inserts, default=str)},
         )
-    if history_rows:
-        await _record_history(conn, history_rows, now)
+    if merges:
+        await conn.execute(
+            update(SessionSchedulingHistory)
+            .where(SessionSchedulingHistory.id == bindparam("b_id"))
+            .values(attempt=bindparam("b_attempt"), message=bindparam("b_message"), updated_at=now)
+            .execution_options(synchronize_session=False),
+            merges,
+        )
     for (kernel_to, kernel_expected), session_ids in kernel_moves.items():
         await move_kernels_of_sessions(
             conn, session_ids, kernel_expected, kernel_to, source="session", now=now
@@ -252,16 +250,64 @@ async def _replace_kernels(conn: AsyncConnection, shapes: dict[uuid.UUID, tuple[
 
 _MERGE_KEY = ("handler", "result", "from_status", "to_status")
 
+# The sessions' new state and the history rows, in one statement (one round trip). Each session
+# appears once in `sessions` (`_final`); history rows keep their order, so their ids do too.
+_WRITE = text(
+    """
+    WITH v AS (
+        SELECT * FROM jsonb_to_recordset(CAST(:sessions AS jsonb)) AS v(
+            id uuid, status text, info jsonb, attempts int, changed timestamptz,
+            terminated timestamptz, result text, set_result bool)
+    ), moved AS (
+        UPDATE sessions AS s SET
+            status = v.status,
+            status_info = v.info,
+            phase_attempts = v.attempts,
+            status_changed_at = coalesce(v.changed, s.status_changed_at),
+            terminated_at = coalesce(s.terminated_at, v.terminated),
+            result = CASE WHEN v.set_result THEN v.result ELSE s.result END
+        FROM v WHERE s.id = v.id
+    )
+    INSERT INTO session_scheduling_history
+        (session_id, handler, result, from_status, to_status, message, attempt, created_at)
+    SELECT h.session_id, h.handler, h.result, h.from_status, h.to_status, h.message, h.attempt, h.created_at
+    FROM ROWS FROM (jsonb_to_recordset(CAST(:history AS jsonb)) AS (
+        session_id uuid, handler text, result text, from_status text, to_status text, message text,
+        attempt int, created_at timestamptz)) WITH ORDINALITY AS h
+    ORDER BY h.ordinality
+    """
+)
 
-async def _record_history(conn: AsyncConnection, rows: list[dict[str, Any]], now: dt.datetime) -> None:
-    """Insert history rows, merging each into its session's latest row when that row has the same
-    handler, outcome and statuses (a run repeating itself): the attempt counter goes up and the
-    message and time are the latest, so a session retried 50 times has one row saying so.
+
+def _final(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per session, as writing `rows` one after another would leave it: the last status,
+    status_info and attempts; the latest status change; the first end; the last result set."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        prev = out.get(row["id"])
+        if prev is None:
+            out[row["id"]] = dict(row)
+            continue
+        prev.update(status=row["status"], info=row["info"], attempts=row["attempts"])
+        prev["changed"] = row["changed"] or prev["changed"]
+        prev["terminated"] = prev["terminated"] or row["terminated"]
+        if row["set_result"]:
+            prev["result"], prev["set_result"] = row["result"], True
+    return list(out.values())
+
+
+async def _history_plan(
+    conn: AsyncConnection, rows: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Which history rows are inserted and which merge into their session's latest row (returned
+    as updates of it): a row merges when the latest has the same handler, outcome and statuses (a
+    run repeating itself): the attempt counter goes up and the message and time are the latest,
+    so a session retried 50 times has one row saying so.
 
     Only a row that leaves the status as it was can repeat the latest one: a move (from one status
     to another) follows a row that took the session into its `from` status, since every status
     change writes its row here. So the latest rows are read only for the sessions that stay, and a
-    batch of moves (the common case: every hand-off) is one statement, not two."""
+    batch of moves (the common case: every hand-off) reads nothing."""
     staying = {r["session_id"] for r in rows if r["from_status"] == r["to_status"]}
     last: dict[uuid.UUID, Any] = {}
     if staying:
@@ -291,20 +337,7 @@ async def _record_history(conn: AsyncConnection, rows: list[dict[str, Any]], now
             )
         else:
             inserts.append(row)
-    if merges:
-        await conn.execute(
-            update(SessionSchedulingHistory)
-            .where(SessionSchedulingHistory.id == bindparam("b_id"))
-            .values(attempt=bindparam("b_attempt"), message=bindparam("b_message"), updated_at=now)
-            .execution_options(synchronize_session=False),
-            merges,
-        )
-    if inserts:
-        await conn.execute(insert(SessionSchedulingHistory), inserts)
-
-
-def _keep_or_set() -> Any:
-    return case((bindparam("b_set_result"), bindparam("b_result")), else_=Session.result)
+    return inserts, merges
 
 
 def _history(
@@ -322,5 +355,5 @@ def _history(
         "to_status": to_status.value,
         "message": message,
         "attempt": t.attempt,
-        "created_at": now,
+        "created_at": now.isoformat(),
     }
