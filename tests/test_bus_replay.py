@@ -17,9 +17,9 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.bus.hints import HintPublisher
-from sokovan.bus.streams import EventConsumer, consumer_backlog, fresh, stream_key
+from sokovan.bus.streams import EventConsumer, consumer_backlog, fresh, nonce_key, stream_key
 from sokovan.common.events import EVENT_KIND, EVENT_TAG, AgentEvent, KernelRunning, encode_event, seal
-from sokovan.common.signing import canonical, new_nonce, sign
+from sokovan.common.signing import SKEW, canonical, new_nonce, sign
 from sokovan.common.types import AgentStatus
 from sokovan.db.models import Agent
 from sokovan.manager.event_dispatch import EventDispatcher
@@ -200,3 +200,18 @@ async def test_an_old_heartbeat_of_another_boot_does_not_bring_a_down_agent_back
     await bus.put(encode_event(beat("n1", 2, boot="new"), bus.secret))
     await bus.consume("manager-1", dispatch)
     assert (await _agent(engine)).status == "READY"
+
+
+async def test_copies_within_one_read_are_refused_and_every_nonce_is_kept_for_the_window(bus: Bus) -> None:
+    """One read claims all its nonces at once: the first entry carrying a nonce is taken, a copy
+    later in the same read is refused, and each nonce key expires after the replay window."""
+    first, second = encode_event(running("k1"), bus.secret), encode_event(running("k2"), bus.secret)
+    for fields in (first, second, first, second, first):
+        await bus.put(fields)
+    before = refused("replayed")
+    await bus.consume("manager-1")
+    assert [e.kernel_id for e in bus.seen if isinstance(e, KernelRunning)] == ["k1", "k2"]
+    assert refused("replayed") == before + 3
+    for fields in (first, second):
+        ttl = await bus.redis.ttl(nonce_key(bus.prefix, fields["nonce"]))
+        assert 0 < ttl <= 2 * SKEW + 2

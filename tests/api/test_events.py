@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 from aiohttp import ClientResponse
 
-from sokovan.bus.user_events import UserEvent, UserEventPublisher, user_events_channel
+from sokovan.bus.user_events import (
+    PER_MESSAGE,
+    UserEvent,
+    UserEventPublisher,
+    parse_wire,
+    user_events_channel,
+    wire_many,
+)
 from sokovan.manager.api import events as events_api
 from sokovan.manager.context import ManagerContext
 from tests.api.conftest import Api, user_id
@@ -199,3 +206,36 @@ async def test_openapi_documents_the_stream(api: Api) -> None:
     schema = doc["components"]["schemas"]["UserEvent"]
     assert {"name", "at", "session_id", "from", "to"} <= schema["properties"].keys()
     assert "security" not in doc["paths"]["/metrics"]["get"]
+
+
+async def test_a_large_write_travels_in_few_messages_and_arrives_whole_and_in_order(
+    api: Api, ctx: ManagerContext, publisher: UserEventPublisher
+) -> None:
+    count = 2 * PER_MESSAGE + 50
+    events = [
+        UserEvent(
+            name="session.status", session_id=str(uuid.uuid4()), **{"from": "PENDING", "to": "SCHEDULED"}
+        )
+        for _ in range(count)
+    ]
+    raw = ctx.redis.pubsub()
+    await raw.subscribe(user_events_channel(ctx.settings.etcd_prefix))
+    try:
+        async with stream(api, api.admin) as admin_stream:
+            await publisher.publish_many(events)
+            got = [(await next_event(admin_stream))[1]["session_id"] for _ in range(count)]
+            assert got == [e.session_id for e in events]
+            messages = []
+            async with asyncio.timeout(READ_TIMEOUT):
+                while len(messages) < 3:  # (the subscription's confirmation reads as None)
+                    message = await raw.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                    if message is not None:
+                        messages.append(message["data"])
+        assert [len(parse_wire(m)) for m in messages] == [PER_MESSAGE, PER_MESSAGE, 50]
+        # A lone event is its own object, as every manager has sent it.
+        assert json.loads(wire_many(events[:1]))["session_id"] == events[0].session_id
+        assert [e.session_id for e in parse_wire(events[0].wire())] == [events[0].session_id]
+    finally:
+        await raw.unsubscribe()
+        await raw.aclose()  # type: ignore[no-untyped-call]
+    await wait_no_subscribers(ctx)

@@ -87,6 +87,18 @@ class EventPublisher:
 Handler = Callable[[list[AgentEvent]], Awaitable[None]]
 
 
+# Each nonce key is set to its entry's id unless it exists (SET NX GET EX, one per key): the old
+# owner, or nil when this entry is the first to carry the nonce. One command for a whole read
+# instead of one per entry.
+_CLAIM_NONCES = """
+local owners = {}
+for i, key in ipairs(KEYS) do
+    owners[i] = redis.call('SET', key, ARGV[2 * i - 1], 'NX', 'GET', 'EX', ARGV[2 * i])
+end
+return owners
+"""
+
+
 def _same_id(a: Any, b: Any) -> bool:
     def text(v: Any) -> str:
         return v.decode() if isinstance(v, bytes) else str(v)
@@ -111,6 +123,7 @@ class EventConsumer:
         on_read: Callable[[bool], None] | None = None,
     ) -> None:
         self._redis = redis
+        self._claim_nonces = redis.register_script(_CLAIM_NONCES)
         self._key = stream_key(prefix)
         self._prefix = prefix
         self._secret = secret
@@ -225,11 +238,11 @@ class EventConsumer:
         stream within the window is still caught when the consumers lag behind."""
         if not signed:
             return []
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for entry_id, sealed, added in signed:
-                ttl = int(2 * SKEW + max(0.0, now - added)) + 1
-                pipe.set(nonce_key(self._prefix, sealed.nonce), entry_id, nx=True, get=True, ex=ttl)
-            owners: list[Any] = await pipe.execute()
+        keys = [nonce_key(self._prefix, sealed.nonce) for _, sealed, _ in signed]
+        args: list[Any] = []
+        for entry_id, _, added in signed:
+            args += [entry_id, int(2 * SKEW + max(0.0, now - added)) + 1]
+        owners: list[Any] = await self._claim_nonces(keys=keys, args=args)
         return [
             owner is None or _same_id(owner, entry_id)
             for owner, (entry_id, _, _) in zip(owners, signed, strict=True)

@@ -22,7 +22,7 @@ import structlog
 from pydantic import ValidationError
 from redis.asyncio.client import PubSub
 
-from sokovan.bus.user_events import UserEvent, user_events_channel
+from sokovan.bus.user_events import UserEvent, parse_wire, user_events_channel
 from sokovan.common.supervise import Backoff, describe
 
 log = structlog.get_logger(__name__)
@@ -141,13 +141,11 @@ class UserEventHub:
             await _release(pubsub, self._channel)
 
     def _fan_out(self, data: Any) -> None:
-        event = _parse(data)
-        if event is None:
-            return
-        for listener in list(self._listeners):
-            if not listener.offer(event):
-                self._listeners.discard(listener)
-                log.info("user_event_hub.slow_listener_ended", queue=self._queue_size)
+        for event in _parse(data):
+            for listener in list(self._listeners):
+                if not listener.offer(event):
+                    self._listeners.discard(listener)
+                    log.info("user_event_hub.slow_listener_ended", queue=self._queue_size)
 
 
 async def _confirmed(pubsub: PubSub) -> None:
@@ -160,12 +158,12 @@ async def _confirmed(pubsub: PubSub) -> None:
     raise TimeoutError("the event channel subscription was not confirmed")
 
 
-def _parse(data: Any) -> UserEvent | None:
+def _parse(data: Any) -> list[UserEvent]:
     try:
-        return UserEvent.model_validate_json(data)
-    except (ValidationError, TypeError, ValueError):
+        return parse_wire(data)
+    except (ValidationError, TypeError, ValueError, AttributeError):
         log.warning("user_event_hub.malformed_event", data=repr(data)[:200])
-        return None
+        return []
 
 
 async def _release(pubsub: PubSub, channel: str) -> None:

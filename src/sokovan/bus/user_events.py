@@ -1,7 +1,8 @@
 """Transitions as users see them: published on Redis pub/sub, streamed by `GET /v2/events`.
 
 Every session and kernel transition the manager applies becomes one `UserEvent` on the channel
-`<prefix>:user-events`; each manager's SSE endpoint subscribes to it and forwards to each client the
+`<prefix>:user-events` (the events of one write travel together, up to `PER_MESSAGE` in a message,
+as a JSON array); each manager's SSE endpoint subscribes to it and forwards to each client the
 events it may see (its own sessions; an admin all). Delivery is live (pub/sub): a client that
 reconnects reads the current state from the REST API, as with Kubernetes watches after a gap.
 """
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 import structlog
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 log = structlog.get_logger(__name__)
 
@@ -62,9 +63,37 @@ class UserEventPublisher:
         self._channel = user_events_channel(prefix)
 
     async def publish_many(self, events: Sequence[UserEvent]) -> None:
+        """One message per `PER_MESSAGE` events: a lone event as its object, more as an array of
+        them (`parse_wire` reads both). A thousand sessions moving cost a few Redis commands, not
+        a thousand."""
         if not events:
             return
+        messages = [wire_many(events[i : i + PER_MESSAGE]) for i in range(0, len(events), PER_MESSAGE)]
+        if len(messages) == 1:
+            await self._redis.publish(self._channel, messages[0])
+            return
         async with self._redis.pipeline(transaction=False) as pipe:
-            for event in events:
-                pipe.publish(self._channel, event.wire())
+            for message in messages:
+                pipe.publish(self._channel, message)
             await pipe.execute()
+
+
+# Events in one message at most: a burst's message stays well under Redis' output buffer limits.
+PER_MESSAGE = 200
+_MANY = TypeAdapter(list[UserEvent])
+
+
+def wire_many(events: Sequence[UserEvent]) -> str:
+    """What `publish_many` sends for `events`: one event's object, or an array of them."""
+    if len(events) == 1:
+        return events[0].wire()
+    return "[" + ",".join(e.wire() for e in events) + "]"
+
+
+def parse_wire(data: str | bytes) -> list[UserEvent]:
+    """The events of one message: an event's object (as every manager sends a lone event, and as
+    managers before batching sent every event) or an array of them."""
+    text = data.decode() if isinstance(data, bytes) else data
+    if text.lstrip().startswith("["):
+        return _MANY.validate_json(text)
+    return [UserEvent.model_validate_json(text)]

@@ -46,22 +46,24 @@ class EventDispatcher:
         beats = [e for e in events if isinstance(e, AgentHeartbeat)]
         kernel_events: list[KernelEvent] = [e for e in events if isinstance(e, KERNEL_EVENT_TYPES)]
         hint: str | None = None
-        if beats:
-            recorded = await record_heartbeats(self._engine, beats)
-            if recorded.ready:
-                for agent_id in recorded.ready:
-                    log.info("agent.ready", agent_id=agent_id)
-                hint = PLACE  # new room: pending sessions may fit now
-            await publish(self._events, recorded.events)
-        for event in events:
-            if isinstance(event, AgentStopping):
-                log.info("agent.stopping", agent_id=event.agent_id)
+        # Kernel events first: their sessions wait on them (and on the promotions they complete),
+        # while a heartbeat only refreshes what the agent's row already says.
         if kernel_events:
             moved = await self._kernels.apply_many(kernel_events)
             if moved:
                 await publish(self._events, [m.event() for m in moved])
                 if not await self._followed(moved):
                     hint = Hint.SCHEDULE
+        if beats:
+            recorded = await record_heartbeats(self._engine, beats)
+            if recorded.ready:
+                for agent_id in recorded.ready:
+                    log.info("agent.ready", agent_id=agent_id)
+                hint = hint or PLACE  # new room: pending sessions may fit now
+            await publish(self._events, recorded.events)
+        for event in events:
+            if isinstance(event, AgentStopping):
+                log.info("agent.stopping", agent_id=event.agent_id)
         if hint is not None:
             await self._hints.hint(hint)
 
