@@ -104,14 +104,32 @@ async def test_events_promote_their_session_at_once_and_only_when_every_kernel_g
     assert (await _statuses(engine, bystander))[0] == "CREATING"
 
     # A batch job's kernels end: RUNNING → TERMINATING → TERMINATED in the same breath, and
-    # the lanes that picks up (placement: room freed; retries) are woken.
+    # the lanes that pick up where it ended (placement: room freed; retries) are woken, not the
+    # end lane for the TERMINATING it has already left.
+    woken.clear()
     ended = [KernelTerminated(kernel_id=str(k), exit_code=0, **ev) for k in (first, second)]
     await orchestrator.follow_kernels(await applier.apply_many(ended))
     assert await _statuses(engine, sid) == (
         "TERMINATED",
         ["PromoteToRunning", "DetectTermination", "PromoteToTerminated"],
     )
-    assert {PLACE, "retry", END} <= set(woken)
+    assert set(woken) == {PLACE, "retry"}
+
+
+async def test_a_session_left_terminating_by_its_events_wakes_the_end_lane(engine: AsyncEngine) -> None:
+    """One of two kernels ended: the session goes TERMINATING and stays there (its other kernel is
+    the end lane's to destroy), so the end lane is woken."""
+    seed = await Seed(engine).tenancy()
+    await seed.agent("a1")
+    sid = await seed.session(status=S.RUNNING, size=2, agent_id="a1", kernel_status=KernelStatus.RUNNING)
+    orchestrator = SokovanOrchestrator(engine, AgentRPCClient("x"), ClusterConfig())
+    woken: list[str] = []
+    orchestrator.schedule.on_wake = woken.append
+    first, _ = await _kernel_ids(engine, sid)
+    ended = KernelTerminated(kernel_id=str(first), exit_code=0, agent_id="a1", session_id=str(sid))
+    await orchestrator.follow_kernels(await KernelEventApplier(engine).apply_many([ended]))
+    assert (await _statuses(engine, sid))[0] == "TERMINATING"
+    assert set(woken) == {END}
 
 
 async def test_the_cheap_look_names_only_statuses_some_session_is_in(engine: AsyncEngine) -> None:

@@ -5,6 +5,7 @@ that spacing."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from sokovan.bus.hints import as_demand, parse_demand
 from sokovan.orchestrator.loop import CoordinatorLoop
@@ -118,3 +119,26 @@ def test_a_demand_hint_names_its_lane_with_a_suffix() -> None:
     assert parse_demand(as_demand("schedule.place")) == ("schedule.place", True)
     assert parse_demand("schedule.place") == ("schedule.place", False)
     assert parse_demand("schedule") == ("schedule", False)
+
+
+async def test_a_hint_runs_the_short_cycle_and_the_interval_the_long_one() -> None:
+    ran: list[str] = []
+    long_ran = asyncio.Event()
+
+    def cycle(kind: str) -> Callable[[], Awaitable[bool]]:
+        async def run() -> bool:
+            ran.append(kind)
+            if kind == "long":
+                long_ran.set()
+            return False
+
+        return run
+
+    loop = CoordinatorLoop("test", cycle("long"), long_interval=lambda: 0.2, short_cycle=cycle("short"))
+    stop = asyncio.Event()
+    runner = asyncio.create_task(loop.run(stop))
+    loop.hint()
+    await asyncio.wait_for(long_ran.wait(), 5)
+    stop.set()
+    await runner
+    assert ran[0] == "short" and set(ran) == {"short", "long"}

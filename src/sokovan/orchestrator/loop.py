@@ -42,11 +42,14 @@ class CoordinatorLoop:
         long_interval: Callable[[], float],
         debounce: Callable[[], float] = lambda: 0.005,
         on_moved: Callable[[], None] | None = None,
+        short_cycle: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         """`cycle` returns True when it moved something; then `on_moved` runs (by default the
-        loop hints itself, so it runs again at once)."""
+        loop hints itself, so it runs again at once). `short_cycle`, when given, is what a hint
+        runs instead of `cycle` (the long cycle, the safety net, always runs `cycle`)."""
         self.name = name
         self._cycle = cycle
+        self._short_cycle = short_cycle or cycle
         self._long_interval = long_interval
         self._debounce = debounce
         self.on_moved: Callable[[], None] = on_moved or self.hint
@@ -97,7 +100,7 @@ class CoordinatorLoop:
         async with self._lock:
             try:
                 with CYCLE_SECONDS.labels(lane=self.name).time():
-                    moved = await self._cycle()
+                    moved = await (self._short_cycle() if kind == "short" else self._cycle())
             except Exception as exc:
                 self._failed(exc, kind)
                 return False

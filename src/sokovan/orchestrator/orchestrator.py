@@ -234,7 +234,11 @@ class SokovanOrchestrator:
             # A session lane that moved something runs again at once (there may be more) and
             # wakes the lanes the statuses it wrote are work for (`handoffs`).
             Hint.SCHEDULE: [
-                self._loop(lane(name), functools.partial(self.schedule.cycle_lane, name))
+                self._loop(
+                    lane(name),
+                    functools.partial(self.schedule.cycle_lane, name),
+                    short_cycle=functools.partial(self.schedule.cycle_lane, name, short=True),
+                )
                 for name in self.schedule.lanes
             ],
             # Retries: woken when sessions end (`handoffs`), and every long cycle (a scheduled
@@ -284,12 +288,14 @@ class SokovanOrchestrator:
         cycle: Callable[[], Awaitable[bool]],
         min_debounce: float = 0.0,
         on_moved: Callable[[], None] | None = None,
+        short_cycle: Callable[[], Awaitable[bool]] | None = None,
     ) -> CoordinatorLoop:
         loop = CoordinatorLoop(
             name,
             cycle,
             long_interval=lambda: self.config.loops.long_cycle_interval,
             debounce=lambda: max(self.config.loops.short_cycle_debounce, min_debounce),
+            short_cycle=short_cycle,
         )
         if on_moved is not None:
             loop.on_moved = on_moved

@@ -12,6 +12,7 @@ while each behaves as if one manager ran it. `cycle()` runs all lanes in turn.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -45,6 +46,11 @@ class ScheduleCoordinator(
         lanes = handlers if isinstance(handlers, Mapping) else {"all": handlers}
         super().__init__(Hint.SCHEDULE, SessionKind(config), engine, lanes, lock, events)
 
+    def for_short_cycle(self, handler: SessionHandler) -> SessionHandler:
+        """A hinted cycle leaves the sessions the event path is about to promote to it (followed
+        promotions `settling`); the long cycle, the safety net, takes every session."""
+        return handler.settling() if isinstance(handler, PromoteSessions) else handler
+
     def statuses_of(self, handler: SessionHandler) -> frozenset[str] | None:
         if handler.always_runs:
             return None
@@ -59,8 +65,12 @@ class ScheduleCoordinator(
 
     async def follow_kernels(self, moves: Sequence[KernelMove]) -> bool:
         """Run the promotions the kernels that just moved may complete, for their sessions only
-        (`event_promotions`); True when a session moved. The next lanes are woken by `apply`."""
+        (`event_promotions`); True when a session moved. The next lanes are woken for where the
+        sessions end up: a batch job that went RUNNING → TERMINATING → TERMINATED here wakes
+        placement, not also the end lane for a TERMINATING it has already left."""
         moved = False
+        landed: dict[Any, str] = {}
         for spec, session_ids in promotions_for(moves):
-            moved |= await self.run_handler(PromoteSessions(spec).focused(session_ids))
+            moved |= await self.run_handler(PromoteSessions(spec).focused(session_ids), landed=landed)
+        self.wake_for(frozenset(landed.values()))
         return moved

@@ -101,6 +101,7 @@ class Coordinator(Generic[HandlerT, RowT, ChangeT, ResultT]):
         self.name = name
         self.kind = kind
         self.lanes: dict[str, list[HandlerT]] = {lane: list(hs) for lane, hs in lanes.items()}
+        self._short_lanes: dict[str, list[HandlerT]] = {}  # what a hinted cycle runs, per lane
         self._engine = engine
         self._lock = lock
         self._events = events
@@ -118,21 +119,39 @@ class Coordinator(Generic[HandlerT, RowT, ChangeT, ResultT]):
             moved |= await self.cycle_lane(lane)
         return moved
 
-    async def cycle_lane(self, lane: str) -> bool:
+    async def cycle_lane(self, lane: str, short: bool = False) -> bool:
+        """One cycle of `lane`; `short`: a hinted cycle, not the long one (see `for_short_cycle`)."""
         handlers = self.lanes[lane]
+        if short:
+            found = self._short_lanes.get(lane)
+            if found is None:
+                found = self._short_lanes[lane] = [self.for_short_cycle(h) for h in handlers]
+            handlers = found
 
         async def run() -> bool:
             present = await self.present(handlers)
+            # The statuses entities entered in this cycle: with `present`, every status an
+            # earlier handler of the lane may have handed work on in.
+            entered: set[str] = set()
             moved = False
             for handler in handlers:
-                # Until something moved in this cycle, a handler none of whose statuses any
-                # entity is in has nothing to read: it is skipped without its query.
+                # A handler none of whose statuses any entity is in, or was moved into by an
+                # earlier handler, has nothing to read: it is skipped without its query.
                 wanted = self.statuses_of(handler)
-                if moved or present is None or wanted is None or wanted & present:
-                    moved |= await self.run_handler(handler)
+                if present is None or wanted is None or wanted & (present | entered):
+                    moved |= await self.run_handler(handler, entered)
             return moved
 
         return await run_exclusive(self._lock, f"{self.name}.{lane}", run)
+
+    def wake_for(self, statuses: frozenset[str]) -> None:
+        """Wake the lanes whose work entities that just entered `statuses` are."""
+        for name in self.next_lanes(statuses):
+            self.on_wake(name)
+
+    def for_short_cycle(self, handler: HandlerT) -> HandlerT:
+        """The handler a hinted cycle runs in `handler`'s place (by default `handler` itself)."""
+        return handler
 
     async def present(self, handlers: Sequence[HandlerT]) -> frozenset[str] | None:
         """Which of the statuses `handlers` work on some entity is in now (None: unknown, run
@@ -143,28 +162,47 @@ class Coordinator(Generic[HandlerT, RowT, ChangeT, ResultT]):
         """The statuses `handler` reads entities in (None: run it always)."""
         return None
 
-    async def run_handler(self, handler: HandlerT) -> bool:
+    async def run_handler(
+        self, handler: HandlerT, entered: set[str] | None = None, landed: dict[Any, str] | None = None
+    ) -> bool:
+        """Run one handler and write what it did; True when anything moved. The statuses
+        entities entered are added to `entered`; with `landed`, see `apply`."""
         now = dt.datetime.now(dt.UTC)
         async with self._engine.connect() as conn:
             rows = await self.kind.load(conn, handler, now)
         if not rows and not handler.always_runs:
             return False
         result: ResultT = await handler.execute(rows)
-        return await self.apply(self.kind.judge(handler, result, rows, now))
+        return await self.apply(self.kind.judge(handler, result, rows, now), entered, landed)
 
-    async def apply(self, changes: Sequence[ChangeT]) -> bool:
+    async def apply(
+        self,
+        changes: Sequence[ChangeT],
+        entered: set[str] | None = None,
+        landed: dict[Any, str] | None = None,
+    ) -> bool:
+        """Write `changes`, count them, wake the lanes their statuses are work for and publish them.
+        With `landed`, the caller runs more handlers on the same entities at once: each moved
+        entity's new status is recorded there instead of waking the next lanes, which the caller
+        wakes for where the entities end up (`wake_for`)."""
         if not changes:
             return False
         async with self._engine.begin() as conn:
             applied = await self.kind.write(conn, changes)
+        if entered is not None:
+            entered.update(dst for _, dst in applied.moved.values())
+        if landed is not None:
+            landed.update((key, dst) for key, (_, dst) in applied.moved.items())
         for change in changes:
             handler, result = self.kind.outcome(change)
             HANDLER_RUNS.labels(handler=handler, result=result).inc()
         for src, dst in applied.moved.values():
             self.kind.count_move(src, dst)
         # The next lanes first: the users' events need not hold up the hand-off.
-        for name in applied.wake | self.next_lanes(frozenset(dst for _, dst in applied.moved.values())):
+        for name in applied.wake:
             self.on_wake(name)
+        if landed is None:
+            self.wake_for(frozenset(dst for _, dst in applied.moved.values()))
         await publish(self._events, applied.events)
         if applied.moved:
             moves = Counter(f"{src}->{dst}" for src, dst in applied.moved.values())

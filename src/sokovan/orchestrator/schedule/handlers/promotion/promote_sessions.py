@@ -12,12 +12,12 @@ import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
-from sqlalchemy import ColumnElement
+from sqlalchemy import ColumnElement, and_, exists
 
 from sokovan.common.types import SessionStatus
 from sokovan.config.cluster import Phase
 from sokovan.db.among import among
-from sokovan.db.models import Session
+from sokovan.db.models import Kernel, Session
 from sokovan.orchestrator.schedule.endings import failure_from_kernels
 from sokovan.orchestrator.schedule.handler import (
     KernelCondition,
@@ -42,12 +42,28 @@ class Promotion:
     phase: Phase | None = None
     # An extra SQL condition on the sessions read (e.g. PromoteToTerminated leaves requeue victims alone).
     where: Callable[[], ColumnElement[bool]] | None = None
+    # Only agents' events meet the kernel condition, and the event path promotes the sessions they
+    # touch as they arrive (`event_promotions`): a lane's hinted (short) cycle leaves a session
+    # whose kernels moved within the last `SETTLE` seconds to it (`settling`), instead of racing it
+    # for the same write. Should the event path fail, the session is the lane's once its kernels
+    # have settled, and every long cycle's.
+    followed: bool = False
+
+
+# How long a lane leaves a session whose kernels just moved to the event path (see `followed`).
+SETTLE = 1.0
+
+
+def settled(now: dt.datetime) -> ColumnElement[bool]:
+    """No kernel of the session moved within the last `SETTLE` seconds before `now`."""
+    recent = now - dt.timedelta(seconds=SETTLE)
+    return ~exists().where(Kernel.session_id == Session.id, Kernel.status_changed_at > recent)
 
 
 class PromoteSessions(SessionHandler):
     kernels: KernelCondition
 
-    def __init__(self, spec: Promotion) -> None:
+    def __init__(self, spec: Promotion, settle: bool = False) -> None:
         self.name = spec.name
         self.targets = spec.targets
         self.kernels = spec.kernels
@@ -58,6 +74,12 @@ class PromoteSessions(SessionHandler):
             expired=TransitionStatus(SessionStatus.TERMINATING) if spec.expires_in else None,
         )
         self._spec = spec
+        self._settle = settle and spec.followed
+
+    def settling(self) -> PromoteSessions:
+        """The same promotion leaving the sessions whose kernels just moved to the event path
+        (for the lane's hinted cycles; `followed`). Itself when the promotion is not followed."""
+        return PromoteSessions(self._spec, settle=True) if self._spec.followed else self
 
     def focused(self, session_ids: Collection[uuid.UUID]) -> PromoteSessions:
         """The same promotion for `session_ids` only, and without expiry (run as events arrive)."""
@@ -71,7 +93,10 @@ class PromoteSessions(SessionHandler):
         return PromoteSessions(replace(self._spec, where=where, expires_in=frozenset()))
 
     def narrow(self, now: dt.datetime) -> ColumnElement[bool] | None:
-        return self._spec.where() if self._spec.where is not None else None
+        conds = [self._spec.where()] if self._spec.where is not None else []
+        if self._settle:
+            conds.append(settled(now))
+        return and_(*conds) if conds else None
 
     async def execute(self, targets: Sequence[SessionWithKernels]) -> SessionResultT:
         result = SessionResultT()

@@ -4,6 +4,8 @@
   creation failed, exited early with an error) goes TERMINATING with that kernel's cause, so its
   other kernels are destroyed and it ends ERROR.
 - PromoteToPrepared: once no kernel is still waiting for its image.
+  It and PromoteToRunning are `followed`: only agents' events meet their conditions, and the event
+  path runs them as the events arrive, so a lane leaves it the sessions whose kernels just moved.
 - PromoteToRunning: once every kernel has started. PREPARED is a target too: a manager that died
   after asking agents to start the kernels but before recording CREATING must not strand the session
   (a PREPARED session whose kernels were not started does not match: they are PREPARED).
@@ -38,6 +40,7 @@ PROMOTE_TO_PREPARED = Promotion(
     to=S.PREPARED,
     expires_in=frozenset({S.PREPARING}),
     phase=Phase.PULLING,
+    followed=True,
 )
 PROMOTE_TO_RUNNING = Promotion(
     "PromoteToRunning",
@@ -48,6 +51,7 @@ PROMOTE_TO_RUNNING = Promotion(
     to=S.RUNNING,
     expires_in=frozenset({S.CREATING}),
     phase=Phase.CREATING,
+    followed=True,
 )
 DETECT_TERMINATION = Promotion(
     "DetectTermination",

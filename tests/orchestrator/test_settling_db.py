@@ -1,0 +1,91 @@
+"""Followed promotions (PromoteToPrepared, PromoteToRunning) in a lane's hinted cycle leave the
+sessions whose kernels just moved to the event path, which promotes them as the agents' events
+arrive; the race for the same write, and its stale history row, is gone. A session whose kernels
+have settled, and every session in the long cycle (the safety net), is still the lane's."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from sokovan.common.events import KernelRunning
+from sokovan.common.types import KernelStatus, SessionStatus
+from sokovan.config.cluster import ClusterConfig
+from sokovan.db.models import Kernel, Session, SessionSchedulingHistory
+from sokovan.orchestrator.schedule.coordinator import ScheduleCoordinator
+from sokovan.orchestrator.schedule.handlers.promotion.promote_sessions import SETTLE, PromoteSessions
+from sokovan.orchestrator.schedule.handlers.promotion.promotions import DETECT_TERMINATION, PROMOTE_TO_RUNNING
+from sokovan.state.kernel_events import KernelEventApplier
+from tests.orchestrator.db_seed import Seed
+
+S, K = SessionStatus, KernelStatus
+
+
+async def started(engine: AsyncEngine, seed: Seed) -> uuid.UUID:
+    """A CREATING session whose one kernel an agent just reported running."""
+    sid = await seed.session(status=S.CREATING, agent_id="a1", kernel_status=K.CREATING)
+    async with engine.connect() as conn:
+        kid = (await conn.execute(select(Kernel.id).where(Kernel.session_id == sid))).scalar_one()
+    moved = await KernelEventApplier(engine).apply_many(
+        [KernelRunning(kernel_id=str(kid), agent_id="a1", session_id=str(sid))]
+    )
+    assert len(moved) == 1
+    return sid
+
+
+async def status(engine: AsyncEngine, sid: uuid.UUID) -> str:
+    async with engine.connect() as conn:
+        return str((await conn.execute(select(Session.status).where(Session.id == sid))).scalar_one())
+
+
+def lanes(engine: AsyncEngine) -> ScheduleCoordinator:
+    handlers = [PromoteSessions(PROMOTE_TO_RUNNING), PromoteSessions(DETECT_TERMINATION)]
+    return ScheduleCoordinator(engine, ClusterConfig(), {"start": handlers})
+
+
+async def test_a_hinted_cycle_leaves_a_session_whose_kernels_just_moved(engine: AsyncEngine) -> None:
+    seed = await Seed(engine).tenancy()
+    await seed.agent("a1")
+    sid = await started(engine, seed)
+    coordinator = lanes(engine)
+    assert not await coordinator.cycle_lane("start", short=True)
+    assert await status(engine, sid) == "CREATING"
+    # The event path (focused, as `follow_kernels` runs it) moves it, and nothing was stale.
+    await coordinator.run_handler(PromoteSessions(PROMOTE_TO_RUNNING).focused([sid]))
+    assert await status(engine, sid) == "RUNNING"
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                select(SessionSchedulingHistory.from_status, SessionSchedulingHistory.to_status).where(
+                    SessionSchedulingHistory.session_id == sid
+                )
+            )
+        ).all()
+    assert [tuple(r) for r in rows] == [("CREATING", "RUNNING")]
+
+
+async def test_settled_kernels_and_the_long_cycle_are_the_lanes(engine: AsyncEngine) -> None:
+    seed = await Seed(engine).tenancy()
+    await seed.agent("a1")
+    settled_sid, fresh_sid = await started(engine, seed), await started(engine, seed)
+    async with engine.begin() as conn:  # the event path failed SETTLE seconds ago
+        await conn.execute(
+            update(Kernel)
+            .where(Kernel.session_id == settled_sid)
+            .values(status_changed_at=Kernel.status_changed_at - dt.timedelta(seconds=SETTLE + 1))
+        )
+    coordinator = lanes(engine)
+    assert await coordinator.cycle_lane("start", short=True)
+    assert (await status(engine, settled_sid), await status(engine, fresh_sid)) == ("RUNNING", "CREATING")
+    # The long cycle takes every session.
+    assert await coordinator.cycle_lane("start")
+    assert await status(engine, fresh_sid) == "RUNNING"
+
+
+async def test_a_promotion_the_event_path_does_not_follow_is_not_held_back(engine: AsyncEngine) -> None:
+    detect = PromoteSessions(DETECT_TERMINATION)
+    assert detect.settling() is detect
+    assert lanes(engine).for_short_cycle(detect) is detect
