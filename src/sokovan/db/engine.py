@@ -21,3 +21,11 @@ def make_engine(url: str, *, pool_size: int = 10, max_overflow: int = 10) -> Asy
         hide_parameters=True,
         connect_args={"timeout": CONNECT_TIMEOUT},
     )
+
+
+def autocommit(engine: AsyncEngine) -> AsyncEngine:
+    """`engine` (the same pool) with every statement its own transaction: for reads that need no
+    transaction around them. A read through `engine.connect()` costs a BEGIN and a ROLLBACK round
+    trip besides its statements; under READ COMMITTED each statement sees its own snapshot either
+    way, so a read of several statements gains nothing from them."""
+    return engine.execution_options(isolation_level="AUTOCOMMIT")

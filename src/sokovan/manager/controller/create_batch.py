@@ -31,6 +31,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from sokovan.common.outages import is_outage
+from sokovan.db.engine import autocommit
 from sokovan.manager.controller.admission import too_many_pending
 from sokovan.manager.repositories.session_inserts import (
     Inserted,
@@ -184,7 +185,7 @@ class CreateBatcher:
     ) -> None:
         self._engine = engine
         # One statement needs no transaction around it: no BEGIN and COMMIT round trips.
-        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._autocommit = autocommit(engine)
         self._window = window
         self._max_batch = max_batch
         self._max_in_flight = max_in_flight

@@ -60,7 +60,7 @@ class ScheduleCoordinator(
         wanted = set().union(*(self.statuses_of(h) or frozenset() for h in handlers))
         if not wanted:
             return None
-        async with self._engine.connect() as conn:
+        async with self._reads.connect() as conn:
             return await statuses_present(conn, sorted(wanted))
 
     async def follow_kernels(self, moves: Sequence[KernelMove]) -> bool:

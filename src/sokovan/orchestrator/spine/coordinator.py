@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
 from sokovan.common.metrics import HANDLER_RUNS
+from sokovan.db.engine import autocommit
 from sokovan.orchestrator.locks import CycleLock, run_exclusive
 
 log = structlog.get_logger(__name__)
@@ -103,6 +104,8 @@ class Coordinator(Generic[HandlerT, RowT, ChangeT, ResultT]):
         self.lanes: dict[str, list[HandlerT]] = {lane: list(hs) for lane, hs in lanes.items()}
         self._short_lanes: dict[str, list[HandlerT]] = {}  # what a hinted cycle runs, per lane
         self._engine = engine
+        # Handlers' reads (and a lane's look) take no transaction: no BEGIN and ROLLBACK round trips.
+        self._reads = autocommit(engine)
         self._lock = lock
         self._events = events
         # Wakes another coordinator (or one lane, `<coordinator>.<lane>`) by hint name; the
@@ -168,7 +171,7 @@ class Coordinator(Generic[HandlerT, RowT, ChangeT, ResultT]):
         """Run one handler and write what it did; True when anything moved. The statuses
         entities entered are added to `entered`; with `landed`, see `apply`."""
         now = dt.datetime.now(dt.UTC)
-        async with self._engine.connect() as conn:
+        async with self._reads.connect() as conn:
             rows = await self.kind.load(conn, handler, now)
         if not rows and not handler.always_runs:
             return False
