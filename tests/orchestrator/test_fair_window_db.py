@@ -24,6 +24,7 @@ from sokovan.orchestrator.schedule.handlers.lifecycle.schedule_new_sessions impo
 from sokovan.state.session_reads import PlacementWindow, fetch_sessions, sessions_query
 from tests.orchestrator.bulk_seed import add_owner, bulk_sessions
 from tests.orchestrator.db_seed import Seed, read_column
+from tests.support import statements_sent
 
 PENDING = frozenset({SessionStatus.PENDING})
 PENDING_KERNELS = frozenset({KernelStatus.PENDING})
@@ -148,6 +149,37 @@ async def test_a_blocked_session_past_its_pending_timeout_is_still_cancelled(eng
         "PENDING",
         "PENDING",
     ]
+
+
+async def test_the_window_read_is_built_once_and_judges_expiry_at_each_reads_own_time(
+    engine: AsyncEngine,
+) -> None:
+    """The window's statement is kept between cycles; the time a blocked session's pending timeout
+    is measured against is each read's own, not the first read's."""
+    seed = await Seed(engine).tenancy(pending_timeout=60)
+    await seed.agent("a1")
+    dep = await seed.session(status=SessionStatus.RUNNING, agent_id="a1")
+    told = json.dumps({"pending_reason": f"waiting for dependencies: {dep} (RUNNING)"})
+    await bulk_sessions(
+        engine, 1, tag="blocked", access_key="AK1", user_id=seed.user_id, project_id=seed.project_id,
+        depends_on=dep, age=10, info=told,
+    )  # fmt: skip
+    now = dt.datetime.now(dt.UTC)
+
+    async def read_at(when: dt.datetime) -> list[str]:
+        async with engine.connect() as conn:
+            with statements_sent(engine) as sent:
+                rows = await fetch_sessions(
+                    conn, PENDING, PENDING_KERNELS, window=PlacementWindow(), now=when
+                )
+        statements.append(sent[0])
+        return [r.access_key for r in rows]
+
+    statements: list[str] = []
+    assert await read_at(now) == []  # blocked and told: not read until it expires
+    assert await read_at(now + dt.timedelta(seconds=120)) == ["AK1"]  # past its 60 s
+    assert await read_at(now) == []
+    assert len(set(statements)) == 1
 
 
 @pytest.mark.parametrize(

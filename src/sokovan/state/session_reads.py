@@ -16,18 +16,32 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import enum
+import functools
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Interval, Select, and_, exists, func, or_, select, text
+from sqlalchemy import (
+    ColumnElement,
+    DateTime,
+    Interval,
+    Select,
+    and_,
+    any_,
+    bindparam,
+    exists,
+    func,
+    or_,
+    select,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import KernelStatus, SessionStatus
-from sokovan.db.among import among
 from sokovan.db.models import Agent, Kernel, ScalingGroup, Session, SessionDependency
 from sokovan.state.status_info import SessionStatusInfo, status_info_of
 
@@ -129,29 +143,24 @@ async def fetch_sessions(
     `where` is a handler's own extra condition. With `window` (the placement lane), the fair
     window replaces `limit`: see the module's docstring.
     """
-    query = sessions_query(
-        statuses,
-        kernel_statuses,
-        limit,
-        match=match,
-        changed_before=changed_before,
-        where=where,
-        window=window,
-        now=now,
-    )
-    rows = (await conn.execute(query)).all()
+    if where is None and changed_before is None:
+        # The lanes' reads have a handful of shapes: each is built (and keyed for SQLAlchemy's
+        # statement cache) once, not every cycle.
+        query = _prebuilt(statuses, kernel_statuses, limit, match, window)
+    else:
+        query = sessions_query(
+            statuses, kernel_statuses, limit, match=match, changed_before=changed_before, where=where,
+            window=window, now=now,
+        )  # fmt: skip
+    params = {"now": now or dt.datetime.now(dt.UTC)} if window is not None else {}
+    rows = (await conn.execute(query, params)).all()
     if not rows:
         return []
     ids_read = [r.id for r in rows]
     kernels = await _fetch_kernels(conn, ids_read)
     deps: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
     if SessionStatus.PENDING in statuses:
-        dep_rows = await conn.execute(
-            select(SessionDependency.session_id, SessionDependency.depends_on).where(
-                among(SessionDependency.session_id, ids_read)
-            )
-        )
-        for sid, dep in dep_rows:
+        for sid, dep in await conn.execute(_DEPENDENCIES, {"ids": ids_read}):
             deps[sid].append(dep)
     out: list[SessionWithKernels] = []
     for start in range(0, len(rows), YIELD_EVERY):
@@ -162,6 +171,35 @@ async def fetch_sessions(
             for r in rows[start : start + YIELD_EVERY]
         ]
     return out
+
+
+@functools.lru_cache(maxsize=128)
+def _prebuilt(
+    statuses: frozenset[SessionStatus],
+    kernel_statuses: frozenset[KernelStatus] | None,
+    limit: int,
+    match: KernelMatchType | None,
+    window: PlacementWindow | None,
+) -> Select[Any]:
+    """`sessions_query` without `where` or `changed_before`, kept: the window's `now` is a bound
+    parameter given at each execution."""
+    return sessions_query(statuses, kernel_statuses, limit, match=match, window=window)
+
+
+def _ids(column: Any) -> Any:
+    """`column = ANY(:ids)`, the list given at execution (`among` for statements built once)."""
+    return column == any_(bindparam("ids", type_=ARRAY(column.type)))
+
+
+_KERNELS = (
+    select(*Kernel.__table__.c, Agent.rpc_addr)
+    .outerjoin(Agent, Agent.id == Kernel.agent_id)
+    .where(_ids(Kernel.session_id))
+    .order_by(Kernel.session_id, Kernel.cluster_idx)
+)
+_DEPENDENCIES = select(SessionDependency.session_id, SessionDependency.depends_on).where(
+    _ids(SessionDependency.session_id)
+)
 
 
 def sessions_query(
@@ -228,7 +266,7 @@ def _window_ids(conditions: list[ColumnElement[bool]], window: PlacementWindow, 
         ScalingGroup.pending_timeout > 0,
         Session.status_changed_at
         + func.make_interval(0, 0, 0, 0, 0, 0, ScalingGroup.pending_timeout, type_=Interval)
-        < now,
+        < bindparam("now", now, type_=DateTime(timezone=True)),
     )
     told = Session.status_info["pending_reason"].is_not(None)
     rank = (
@@ -257,12 +295,7 @@ def _window_ids(conditions: list[ColumnElement[bool]], window: PlacementWindow, 
 async def _fetch_kernels(
     conn: AsyncConnection, session_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, list[KernelInfo]]:
-    rows = await conn.execute(
-        select(*Kernel.__table__.c, Agent.rpc_addr)
-        .outerjoin(Agent, Agent.id == Kernel.agent_id)
-        .where(among(Kernel.session_id, session_ids))
-        .order_by(Kernel.session_id, Kernel.cluster_idx)
-    )
+    rows = await conn.execute(_KERNELS, {"ids": list(session_ids)})
     out: dict[uuid.UUID, list[KernelInfo]] = defaultdict(list)
     for k in rows:
         out[k.session_id].append(
