@@ -73,7 +73,7 @@ async def test_an_unchanged_fleet_is_not_read_again_and_any_change_to_what_place
     assert all(x is y for x, y in zip(first, again, strict=True))
     # Each of status, schedulable, the kernel limit and capacity is read again when it changes.
     for values in (
-        {"status": "LOST"},
+        {"status": "DOWN"},
         {"schedulable": False},
         {"max_kernels": 7},
         {"available_slots": {"cpu": "9"}},

@@ -7,12 +7,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from decimal import Decimal
 
-from sqlalchemy import Numeric, cast, func, literal_column, select
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import KernelStatus
-from sokovan.db.models import Kernel
 
 
 def slot_holding() -> list[str]:
@@ -21,26 +20,35 @@ def slot_holding() -> list[str]:
     return [s.value for s in KernelStatus.slot_holding()]
 
 
+# Per agent: one row per slot name with its sum, and one row (slot name NULL) with the kernel count.
+_OCCUPANCY = """
+    WITH live AS (
+        SELECT k.agent_id, k.occupied_slots FROM kernels k
+        WHERE k.agent_id IS NOT NULL AND k.status = ANY(:live) {narrow}
+    )
+    SELECT l.agent_id, s.key, sum(s.value::numeric) AS amount
+    FROM live l CROSS JOIN LATERAL jsonb_each_text(l.occupied_slots) AS s(key, value)
+    GROUP BY l.agent_id, s.key
+    UNION ALL
+    SELECT agent_id, NULL, count(*) FROM live GROUP BY agent_id
+"""
+_ALL = text(_OCCUPANCY.format(narrow=""))
+_SOME = text(_OCCUPANCY.format(narrow="AND k.agent_id = ANY(:agents)"))
+
+
 async def agent_occupancy(
     conn: AsyncConnection, agent_ids: Sequence[str] | None = None
 ) -> tuple[dict[str, ResourceSlots], dict[str, int]]:
-    """Derived occupancy: slots and kernel counts held by non-terminal placed kernels, per agent."""
-    slot = func.jsonb_each_text(Kernel.occupied_slots).table_valued("key", "value").alias("slot")
-    where = [Kernel.agent_id.is_not(None), Kernel.status.in_(slot_holding())]
+    """Derived occupancy: slots and kernel counts held by non-terminal placed kernels, per agent
+    (one statement)."""
+    params: dict[str, object] = {"live": slot_holding()}
     if agent_ids is not None:
-        where.append(Kernel.agent_id.in_(agent_ids))
-    slot_rows = await conn.execute(
-        select(Kernel.agent_id, slot.c.key, func.sum(cast(slot.c.value, Numeric)))
-        .select_from(Kernel)
-        .join(slot, literal_column("true"))
-        .where(*where)
-        .group_by(Kernel.agent_id, slot.c.key)
-    )
+        params["agents"] = list(agent_ids)
     occupied: dict[str, ResourceSlots] = defaultdict(ResourceSlots)
-    for agent_id, key, total in slot_rows:
-        occupied[agent_id][key] = Decimal(total)
-    count_rows = await conn.execute(
-        select(Kernel.agent_id, func.count()).where(*where).group_by(Kernel.agent_id)
-    )
-    counts = {str(agent_id): int(n) for agent_id, n in count_rows}
+    counts: dict[str, int] = {}
+    for agent_id, key, amount in await conn.execute(_ALL if agent_ids is None else _SOME, params):
+        if key is None:
+            counts[str(agent_id)] = int(amount)
+        else:
+            occupied[agent_id][key] = Decimal(amount)
     return dict(occupied), counts

@@ -24,6 +24,7 @@ from sqlalchemy import Text, cast, func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.slots import ResourceSlots
+from sokovan.common.types import AgentStatus
 from sokovan.db.among import among
 from sokovan.db.models import Agent
 
@@ -44,7 +45,7 @@ class Statics:
 class AgentRead:
     id: str
     scaling_group: str
-    status: str
+    status: AgentStatus  # converted once per read row, not per cycle (a thousand agents)
     schedulable: bool
     max_kernels: int | None
     statics: Statics
@@ -107,7 +108,9 @@ class AgentStatics:
                 described = False
                 continue
             described &= statics.fingerprint == r.fingerprint
-            agents.append(AgentRead(r.id, r.scaling_group, r.status, r.schedulable, r.max_kernels, statics))
+            agents.append(
+                AgentRead(r.id, r.scaling_group, AgentStatus(r.status), r.schedulable, r.max_kernels, statics)
+            )
         if len(self._lists) >= _MAX_LISTS:
             self._lists.clear()
         if described:

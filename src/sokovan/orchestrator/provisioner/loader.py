@@ -16,8 +16,8 @@ from typing import Any
 
 import structlog
 from pydantic import ValidationError
-from sqlalchemy import Numeric, cast, func, literal_column, select
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy import Numeric, Text, cast, func, literal, literal_column, select, union_all
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.preemption import (
     NOMINATED_AGENTS,
@@ -27,7 +27,7 @@ from sokovan.common.preemption import (
     PreemptionSettings,
 )
 from sokovan.common.slots import ResourceSlots
-from sokovan.common.types import AgentStatus, SessionStatus
+from sokovan.common.types import SessionStatus
 from sokovan.db.models import (
     Domain,
     Kernel,
@@ -70,8 +70,7 @@ async def load_snapshots(
     conn: AsyncConnection, sessions: Sequence[SessionWithKernels], now: dt.datetime | None = None
 ) -> dict[str, ScalingGroupSnapshot]:
     names = sorted({s.scaling_group for s in sessions})
-    orm = AsyncSession(bind=conn)
-    tenancy = await _load_tenancy(conn, orm, sessions)
+    tenancy = await _load_tenancy(conn, sessions)
     occupied, counts = await agent_occupancy(conn)
     agents_by_sg: dict[str, list[AgentSnapshot]] = {n: [] for n in names}
     # A thousand agents are read every placement cycle: their capacity and images are parsed
@@ -80,7 +79,7 @@ async def load_snapshots(
         agents_by_sg[a.scaling_group].append(
             AgentSnapshot(
                 id=a.id,
-                status=AgentStatus(a.status),
+                status=a.status,
                 schedulable=a.schedulable,
                 available=a.statics.available,
                 occupied=occupied.get(a.id, ResourceSlots()),
@@ -90,7 +89,19 @@ async def load_snapshots(
             )
         )
     out: dict[str, ScalingGroupSnapshot] = {}
-    for sg in (await orm.execute(select(ScalingGroup).where(ScalingGroup.name.in_(names)))).scalars():
+    groups = await conn.execute(
+        select(
+            ScalingGroup.name,
+            ScalingGroup.scheduler,
+            ScalingGroup.agent_selection,
+            ScalingGroup.queue_policy,
+            ScalingGroup.resource_priority,
+            ScalingGroup.allowed_session_types,
+            ScalingGroup.roundrobin_cursor,
+            ScalingGroup.preemption,
+        ).where(ScalingGroup.name.in_(names))
+    )
+    for sg in groups:
         snapshot = ScalingGroupSnapshot(
             name=sg.name,
             scheduler=sg.scheduler,
@@ -207,45 +218,71 @@ async def _load_nominations(conn: AsyncConnection, snapshots: dict[str, ScalingG
             )
 
 
-async def _load_tenancy(
-    conn: AsyncConnection, orm: AsyncSession, sessions: Sequence[SessionWithKernels]
-) -> Tenancy:
+async def _load_tenancy(conn: AsyncConnection, sessions: Sequence[SessionWithKernels]) -> Tenancy:
+    """The owners' policies and quotas, their placed sessions and their usage: Core statements of
+    their columns (no ORM objects), the keypairs with their active-session counts in one."""
     tenancy = Tenancy()
     keys = sorted({s.access_key for s in sessions})
     projects = sorted({s.project_id for s in sessions})
     domains = sorted({s.domain_name for s in sessions})
-    rows = await orm.execute(
-        select(Keypair.access_key, KeypairResourcePolicy)
-        .outerjoin(KeypairResourcePolicy, KeypairResourcePolicy.name == Keypair.resource_policy)
+    policy = KeypairResourcePolicy
+    active = (
+        select(Session.access_key, func.count().label("n"))
+        .where(Session.access_key.in_(keys), Session.status.in_(_ACTIVE))
+        .group_by(Session.access_key)
+        .subquery("active")
+    )
+    rows = await conn.execute(
+        select(
+            Keypair.access_key,
+            policy.name,
+            policy.total_resource_slots,
+            policy.default_for_unspecified,
+            policy.max_concurrent_sessions,
+            policy.max_pending_sessions,
+            active.c.n,
+        )
+        .outerjoin(policy, policy.name == Keypair.resource_policy)
+        .outerjoin(active, active.c.access_key == Keypair.access_key)
         .where(Keypair.access_key.in_(keys))
     )
-    for access_key, policy in rows:
-        if policy is None:
+    for access_key, name, total, default, max_concurrent, max_pending, n in rows:
+        if n:
+            tenancy.active_sessions[access_key] = int(n)
+        if name is None:
             tenancy.keypairs[access_key] = KeypairPolicy()
             continue
         tenancy.keypairs[access_key] = KeypairPolicy(
-            name=policy.name,
-            quota=quota_of(
-                f"keypair policy {policy.name!r}", policy.total_resource_slots, policy.default_for_unspecified
-            ),
-            max_concurrent_sessions=policy.max_concurrent_sessions,
-            max_pending_sessions=policy.max_pending_sessions,
+            name=name,
+            quota=quota_of(f"keypair policy {name!r}", total, default),
+            max_concurrent_sessions=max_concurrent,
+            max_pending_sessions=max_pending,
         )
-    for p in (await orm.execute(select(Project).where(Project.id.in_(projects)))).scalars():
-        quota = quota_of(f"project {p.name!r}", p.total_resource_slots, p.default_for_unspecified)
-        if quota is not None:
-            tenancy.project_quotas[p.id] = quota
-    for d in (await orm.execute(select(Domain).where(Domain.name.in_(domains)))).scalars():
-        quota = quota_of(f"domain {d.name!r}", d.total_resource_slots, d.default_for_unspecified)
-        if quota is not None:
-            tenancy.domain_quotas[d.name] = quota
+    scopes = union_all(
+        select(
+            literal("project"),
+            cast(Project.id, Text),
+            Project.name,
+            Project.total_resource_slots,
+            Project.default_for_unspecified,
+        ).where(Project.id.in_(projects)),
+        select(
+            literal("domain"),
+            Domain.name,
+            Domain.name,
+            Domain.total_resource_slots,
+            Domain.default_for_unspecified,
+        ).where(Domain.name.in_(domains)),
+    )
+    for scope, key, name, total, default in await conn.execute(scopes):
+        quota = quota_of(f"{scope} {name!r}", total, default)
+        if quota is None:
+            continue
+        if scope == "project":
+            tenancy.project_quotas[uuid.UUID(key)] = quota
+        else:
+            tenancy.domain_quotas[key] = quota
     await _load_usage(conn, tenancy, keys, projects, domains)
-    for access_key, n in await conn.execute(
-        select(Session.access_key, func.count())
-        .where(Session.access_key.in_(keys), Session.status.in_(_ACTIVE))
-        .group_by(Session.access_key)
-    ):
-        tenancy.active_sessions[access_key] = int(n)
     dep_ids = sorted({d for s in sessions for d in s.depends_on})
     if dep_ids:
         for sid, status, result in await conn.execute(
