@@ -4,13 +4,18 @@ when they change, and a read that finds nothing changed is one statement."""
 from __future__ import annotations
 
 from decimal import Decimal
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import delete, func, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from sokovan.common.slots import ResourceSlots
+from sokovan.common.types import AgentStatus
 from sokovan.db.models import Agent
 from sokovan.orchestrator.provisioner.agent_statics import AgentStatics
+from sokovan.orchestrator.provisioner.selectors import scoring
+from sokovan.orchestrator.provisioner.snapshot import AgentSnapshot, ScalingGroupSnapshot
 from tests.orchestrator.db_seed import Seed
 from tests.support import statements_sent
 
@@ -93,3 +98,45 @@ async def test_an_unchanged_fleet_is_not_read_again_and_any_change_to_what_place
         await conn.execute(delete(Agent).where(Agent.id == "a0"))
     async with engine.connect() as conn:
         assert [a.id for a in await cache.read(conn, ["default"])] == ["a1", "a2", "a3"]
+
+
+async def test_agents_of_one_shape_share_their_capacity_and_the_index_looks_at_it_once(
+    engine: AsyncEngine,
+) -> None:
+    seed = await Seed(engine).tenancy()
+    for name, cpu in (("a1", 4), ("a2", 4), ("a3", 8), ("a4", 4)):
+        await seed.agent(name, cpu=cpu)
+    async with engine.connect() as conn:
+        agents = {a.id: a.statics for a in await AgentStatics().read(conn, ["default"])}
+    assert agents["a1"].available is agents["a2"].available
+    assert agents["a1"].images is agents["a2"].images
+    assert agents["a3"].available is not agents["a1"].available
+    assert agents["a3"].available["cpu"] == Decimal(8) and agents["a1"].available["cpu"] == Decimal(4)
+    # The placement index computes a shared free room once per object, and still orders by room.
+    snapshot = ScalingGroupSnapshot(
+        name="default",
+        scheduler="fifo",
+        agent_selection="concentrated",
+        agents=[
+            AgentSnapshot(i, AgentStatus.READY, True, s.available, ResourceSlots(), 0, None, s.images)
+            for i, s in agents.items()
+        ],
+    )
+    snapshot.agents[0].take(ResourceSlots({"cpu": Decimal(1)}), 1)
+    calls: list[str] = []
+    original = scoring.free_room
+
+    def counted(agent: AgentSnapshot, priority: tuple[str, ...]) -> tuple[Decimal, ...]:
+        calls.append(agent.id)
+        return original(agent, priority)
+
+    scoring.free_room = counted
+    try:
+        index = scoring.FreeRoomIndex(snapshot)
+    finally:
+        scoring.free_room = original
+    # a1 took room (its own object); a2 and a4 hold nothing: their free room is the shape's, once.
+    assert sorted(calls) == ["a1", "a2", "a3"]
+    need = SimpleNamespace(resources=ResourceSlots({"cpu": Decimal(1)}))
+    order = [a.id for a in index.walk(need, descending=False)]  # type: ignore[arg-type]
+    assert order == ["a1", "a2", "a4", "a3"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import Text, cast, func, select, text
@@ -52,6 +53,8 @@ class AgentRead:
 
 
 _MAX_LISTS = 64  # sets of scaling groups whose lists are kept
+_MAX_SHAPES = 4096  # distinct (capacity, images) pairs kept for sharing
+Shape = tuple[tuple[tuple[str, Decimal], ...], frozenset[str]]
 
 # The agents of some scaling groups with their fingerprints, and the digest of all of them: only the
 # digest (one row, the agents' columns null) when it is the one the caller knows.
@@ -79,6 +82,7 @@ class AgentStatics:
     def __init__(self) -> None:
         self._by_id: dict[str, Statics] = {}
         self._lists: dict[tuple[str, ...], tuple[str, list[AgentRead]]] = {}
+        self._shapes: dict[Shape, tuple[ResourceSlots, frozenset[str]]] = {}
 
     async def read(self, conn: AsyncConnection, scaling_groups: Sequence[str]) -> list[AgentRead]:
         """The agents of `scaling_groups`, by id: one statement when nothing changed, two when an
@@ -124,11 +128,20 @@ class AgentStatics:
             select(Agent.id, Agent.available_slots, Agent.images, _FINGERPRINT).where(among(Agent.id, ids))
         )
         for r in parsed:
-            self._by_id[r.id] = _statics(r)
+            self._by_id[r.id] = self._statics(r)
 
-
-def _statics(row: Any) -> Statics:
-    return Statics(row.fingerprint, ResourceSlots.from_json(row.available_slots), frozenset(row.images or ()))
+    def _statics(self, row: Any) -> Statics:
+        """One agent's parsed columns. Agents of the same shape share one capacity object (and one
+        image set), so what placement derives from a capacity is computed once per shape."""
+        available = ResourceSlots.from_json(row.available_slots)
+        images = frozenset(row.images or ())
+        shape = (tuple(sorted(available.items())), images)
+        shared = self._shapes.get(shape)
+        if shared is None:
+            if len(self._shapes) >= _MAX_SHAPES:
+                self._shapes.clear()
+            shared = self._shapes[shape] = (available, images)
+        return Statics(row.fingerprint, shared[0], shared[1])
 
 
 # The manager's one cache (placement and dry runs share it).

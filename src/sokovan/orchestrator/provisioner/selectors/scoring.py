@@ -26,10 +26,19 @@ class FreeRoomIndex:
     def __init__(self, snapshot: ScalingGroupSnapshot) -> None:
         # Slots no agent of the group has (e.g. GPUs in a CPU group) would make every key equal
         # in them; leaving them out lets the bisection work on the first slot that matters.
-        present = {name for a in snapshot.agents for name, amount in a.available.items() if amount > 0}
+        # Agents of one shape share their capacity object (`agent_statics`), and an agent holding
+        # nothing has that object as its free room: each distinct object is looked at once.
+        shapes = {id(a.available): a.available for a in snapshot.agents}
+        present = {name for slots in shapes.values() for name, amount in slots.items() if amount > 0}
         self._priority = tuple(s for s in snapshot.resource_priority if s in present) or ("cpu",)
         self._agents = {a.id: a for a in snapshot.agents}
-        self._keys: dict[str, Key] = {a.id: self._key(a) for a in snapshot.agents}
+        rooms: dict[int, tuple[Decimal, ...]] = {}
+        self._keys: dict[str, Key] = {}
+        for a in snapshot.agents:
+            room = rooms.get(id(a.free))
+            if room is None:
+                room = rooms[id(a.free)] = free_room(a, self._priority)
+            self._keys[a.id] = (room, a.id)
         self._sorted: list[Key] = sorted(self._keys.values())
 
     def _key(self, agent: AgentSnapshot) -> Key:
