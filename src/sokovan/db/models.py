@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    Computed,
     Float,
     ForeignKey,
     Index,
@@ -33,6 +34,7 @@ from sokovan.db import retry_rows
 from sokovan.db.base import Base, created_at_column
 
 SLOTS = JSONB
+STATICS_FINGERPRINT = "md5(CAST(available_slots AS TEXT) || '|' || CAST(images AS TEXT))"
 EMPTY_JSON = text("'{}'::jsonb")
 EMPTY_LIST = text("'[]'::jsonb")
 
@@ -148,6 +150,11 @@ class Agent(Base):
     disabled: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
     boot_failures: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     rejected_beats: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    # What placement parses, fingerprinted by PostgreSQL whenever the row is written
+    # (`provisioner.agent_statics`): equal fingerprints, equal capacity and images.
+    statics_fingerprint: Mapped[str] = mapped_column(
+        Text, Computed(STATICS_FINGERPRINT, persisted=True), nullable=False
+    )
 
 
 class Session(Base):

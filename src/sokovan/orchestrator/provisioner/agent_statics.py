@@ -5,7 +5,8 @@ cycle.
 A placement cycle reads every agent of the scaling groups it places in. Decoding a thousand agents'
 capacity and image lists took about 12 ms of a cycle that placed one session; the database itself
 answers the read in under a millisecond. So the cycle reads each agent's status and a fingerprint
-of those two columns (`md5`, computed by PostgreSQL), and the columns themselves only for the agents
+of those two columns (`statics_fingerprint`, an `md5` PostgreSQL computes when the row is written,
+not at each read), and the columns themselves only for the agents
 whose fingerprint is not the one parsed last time: after a change, a restart of the manager, or an
 agent it never saw. What a snapshot holds is exactly what the table holds at the read.
 
@@ -21,18 +22,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Text, cast, func, select, text
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus
 from sokovan.db.among import among
 from sokovan.db.models import Agent
-
-# PostgreSQL's digest of the columns parsed here: equal digests, equal columns.
-_FINGERPRINT = func.md5(func.concat(cast(Agent.available_slots, Text), "|", cast(Agent.images, Text))).label(
-    "fingerprint"
-)
 
 
 @dataclass(frozen=True)
@@ -62,7 +58,7 @@ _AGENTS = text(
     """
     WITH a AS (
         SELECT id, scaling_group, status, schedulable, max_kernels,
-               md5(concat(CAST(available_slots AS TEXT), '|', CAST(images AS TEXT))) AS fingerprint
+               statics_fingerprint AS fingerprint
         FROM agents WHERE scaling_group = ANY(:groups)
     ), d AS (
         SELECT md5(string_agg(concat_ws('|', id, scaling_group, status, schedulable,
@@ -125,7 +121,9 @@ class AgentStatics:
 
     async def _parse(self, conn: AsyncConnection, ids: list[str]) -> None:
         parsed = await conn.execute(
-            select(Agent.id, Agent.available_slots, Agent.images, _FINGERPRINT).where(among(Agent.id, ids))
+            select(
+                Agent.id, Agent.available_slots, Agent.images, Agent.statics_fingerprint.label("fingerprint")
+            ).where(among(Agent.id, ids))
         )
         for r in parsed:
             self._by_id[r.id] = self._statics(r)
