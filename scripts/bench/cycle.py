@@ -14,7 +14,7 @@ from sokovan.db.base import Base
 from sokovan.db.models import Agent, Domain, Kernel, Keypair, Project, ScalingGroup, Session, User
 from sokovan.orchestrator.schedule.coordinator import ScheduleCoordinator
 from sokovan.orchestrator.schedule.handlers.lifecycle.schedule_new_sessions import ScheduleNewSessions
-from sokovan.state.session_reads import BATCH_LIMIT
+from sokovan.state.session_queries import BATCH_LIMIT
 
 SLOTS = {"cpu": "1", "mem": str(2**30)}
 

@@ -21,7 +21,8 @@ from sokovan.config.cluster import ClusterConfig
 from sokovan.db.models import Session
 from sokovan.orchestrator.schedule.coordinator import ScheduleCoordinator
 from sokovan.orchestrator.schedule.handlers.lifecycle.schedule_new_sessions import ScheduleNewSessions
-from sokovan.state.session_reads import PlacementWindow, fetch_sessions, sessions_query
+from sokovan.state.session_queries import PlacementWindow, sessions_query
+from sokovan.state.session_reads import fetch_sessions
 from tests.orchestrator.bulk_seed import add_owner, bulk_sessions
 from tests.orchestrator.db_seed import Seed, read_column
 from tests.support import statements_sent

@@ -19,7 +19,8 @@ from sokovan.common.types import SchedulingResult, SessionResult, SessionStatus
 from sokovan.orchestrator.classify import Limits, PhaseState, classify, is_expired
 from sokovan.orchestrator.schedule.endings import failure_from_kernels, final_status
 from sokovan.state.kernel_events import transition_for
-from sokovan.state.session_reads import KernelMatchType, kernels_match
+from sokovan.state.session_queries import KernelMatchType
+from sokovan.state.session_reads import kernels_match
 from tests.orchestrator.factories import T0, kernel
 
 MIN = dt.timedelta(minutes=1)

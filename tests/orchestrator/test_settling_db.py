@@ -19,6 +19,7 @@ from sokovan.orchestrator.schedule.coordinator import ScheduleCoordinator
 from sokovan.orchestrator.schedule.handlers.promotion.promote_sessions import SETTLE, PromoteSessions
 from sokovan.orchestrator.schedule.handlers.promotion.promotions import DETECT_TERMINATION, PROMOTE_TO_RUNNING
 from sokovan.state.kernel_events import KernelEventApplier
+from sokovan.state.session_queries import BATCH_LIMIT, narrowed
 from tests.orchestrator.db_seed import Seed
 
 S, K = SessionStatus, KernelStatus
@@ -89,3 +90,36 @@ async def test_a_promotion_the_event_path_does_not_follow_is_not_held_back(engin
     detect = PromoteSessions(DETECT_TERMINATION)
     assert detect.settling() is detect
     assert lanes(engine).for_short_cycle(detect) is detect
+
+
+async def test_the_event_paths_read_is_kept_and_reads_each_focus_and_time_of_its_own(
+    engine: AsyncEngine,
+) -> None:
+    """The focused and the settling reads keep one statement each, whatever the sessions and the
+    time: what varies is bound at each read."""
+    seed = await Seed(engine).tenancy()
+    await seed.agent("a1")
+    first, second = await started(engine, seed), await started(engine, seed)
+    now = dt.datetime.now(dt.UTC)
+    spec = PromoteSessions(PROMOTE_TO_RUNNING)
+    shapes = [spec.focused([first]).narrowing(now), spec.focused([second]).narrowing(now + dt.timedelta(1))]
+    assert shapes[0] is not None and shapes[1] is not None
+    kept = [
+        narrowed(n, spec.targets, spec.kernels.statuses, BATCH_LIMIT, spec.kernels.match, None)
+        for n in shapes
+    ]
+    assert kept[0] is kept[1]
+    coordinator = lanes(engine)
+    # Each focused run reads its own session only.
+    assert await coordinator.run_handler(spec.focused([first]))
+    assert (await status(engine, first), await status(engine, second)) == ("RUNNING", "CREATING")
+    assert await coordinator.run_handler(spec.focused([second]))
+    assert await status(engine, second) == "RUNNING"
+    # The settling read at two times: a kernel that moved just now is left, then taken.
+    third = await started(engine, seed)
+    settling = spec.settling()
+    assert not await coordinator.run_handler(settling)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=2 * SETTLE)
+    async with engine.connect() as conn:
+        assert await coordinator.kind.load(conn, settling, now) == []
+        assert [s.id for s in await coordinator.kind.load(conn, settling, later)] == [third]

@@ -15,7 +15,8 @@ declares the same things, read the same way by the `ScheduleCoordinator`:
   bounded share per scaling group and keypair, dependency-blocked sessions left out) instead of
   the oldest sessions of the cluster — the placement lane's read;
 - `narrow(now)`: an extra SQL condition on the read, so a handler that acts on few of its target
-  sessions (e.g. those past their lifetime) reads only those.
+  sessions (e.g. those past their lifetime) reads only those; `narrowing(now)` the same condition
+  as a kept statement with bound parameters, for the handlers that read several times a second.
 
 `execute` does the work and reports successes, failures and skips; the coordinator decides what
 they mean. `name` (what the history shows) is the class name unless the class or instance sets it.
@@ -34,7 +35,8 @@ from sqlalchemy import ColumnElement
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.config.cluster import Phase
 from sokovan.orchestrator.spine.result import HandlerResult
-from sokovan.state.session_reads import KernelMatchType, SessionWithKernels
+from sokovan.state.session_queries import KernelMatchType, Narrowing
+from sokovan.state.session_reads import SessionWithKernels
 from sokovan.state.status_info import SessionStatusInfo
 
 SessionResultT = HandlerResult[SessionStatusInfo]
@@ -94,6 +96,11 @@ class SessionHandler(abc.ABC):
 
     def narrow(self, now: dt.datetime) -> ColumnElement[bool] | None:
         """An extra condition on the sessions read for this handler (None: all in its targets)."""
+        return None
+
+    def narrowing(self, now: dt.datetime) -> Narrowing | None:
+        """`narrow` in a form whose statement is kept between reads (None: `narrow` is built at
+        each read)."""
         return None
 
     @abc.abstractmethod

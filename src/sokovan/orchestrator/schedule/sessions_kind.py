@@ -15,7 +15,8 @@ from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.schedule.handler import SessionHandler, SessionResultT
 from sokovan.orchestrator.schedule.judgement import judge, phase_timeout
 from sokovan.orchestrator.spine.coordinator import Applied
-from sokovan.state.session_reads import PlacementWindow, SessionWithKernels, fetch_sessions
+from sokovan.state.session_queries import PlacementWindow
+from sokovan.state.session_reads import SessionWithKernels, fetch_sessions
 from sokovan.state.session_writes import SessionTransition, apply_session_transitions
 
 
@@ -42,12 +43,14 @@ class SessionKind:
         waited past the phase's timeout in one of its `expires_in` statuses (whatever their kernels)."""
         cond = handler.kernels
         window = self._config.placement_window
+        narrowing = handler.narrowing(now)
         rows = await fetch_sessions(
             conn,
             handler.targets,
             cond.statuses if cond else None,
             match=cond.match if cond else None,
-            where=handler.narrow(now),
+            where=handler.narrow(now) if narrowing is None else None,
+            narrowing=narrowing,
             window=PlacementWindow(window.limit, window.per_owner) if handler.placement_window else None,
             now=now,
         )

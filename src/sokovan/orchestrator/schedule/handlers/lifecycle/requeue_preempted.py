@@ -25,7 +25,8 @@ from sokovan.orchestrator.schedule.handler import (
     StatusTransitions,
     TransitionStatus,
 )
-from sokovan.state.session_reads import KernelMatchType, SessionWithKernels
+from sokovan.state.session_queries import KernelMatchType
+from sokovan.state.session_reads import SessionWithKernels
 
 
 def requeued_reason(preemptor: object) -> str:

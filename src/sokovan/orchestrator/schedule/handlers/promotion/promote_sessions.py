@@ -12,11 +12,11 @@ import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
-from sqlalchemy import ColumnElement, and_, exists
+from sqlalchemy import ColumnElement, DateTime, and_, any_, bindparam, exists
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from sokovan.common.types import SessionStatus
 from sokovan.config.cluster import Phase
-from sokovan.db.among import among
 from sokovan.db.models import Kernel, Session
 from sokovan.orchestrator.schedule.endings import failure_from_kernels
 from sokovan.orchestrator.schedule.handler import (
@@ -26,6 +26,7 @@ from sokovan.orchestrator.schedule.handler import (
     StatusTransitions,
     TransitionStatus,
 )
+from sokovan.state.session_queries import Narrowing
 from sokovan.state.session_reads import SessionWithKernels, kernels_match
 
 
@@ -55,15 +56,23 @@ SETTLE = 1.0
 
 
 def settled(now: dt.datetime) -> ColumnElement[bool]:
-    """No kernel of the session moved within the last `SETTLE` seconds before `now`."""
-    recent = now - dt.timedelta(seconds=SETTLE)
-    return ~exists().where(Kernel.session_id == Session.id, Kernel.status_changed_at > recent)
+    """No kernel of the session moved within the last `SETTLE` seconds before `now` (the bound
+    parameter `settled_since`)."""
+    since = bindparam("settled_since", now - dt.timedelta(seconds=SETTLE), type_=DateTime(timezone=True))
+    return ~exists().where(Kernel.session_id == Session.id, Kernel.status_changed_at > since)
+
+
+def among_focus(ids: list[uuid.UUID]) -> ColumnElement[bool]:
+    """The session is one of `ids` (the bound parameter `focus`)."""
+    return Session.id == any_(bindparam("focus", ids, type_=ARRAY(Session.id.type)))
 
 
 class PromoteSessions(SessionHandler):
     kernels: KernelCondition
 
-    def __init__(self, spec: Promotion, settle: bool = False) -> None:
+    def __init__(
+        self, spec: Promotion, settle: bool = False, focus: Collection[uuid.UUID] | None = None
+    ) -> None:
         self.name = spec.name
         self.targets = spec.targets
         self.kernels = spec.kernels
@@ -75,6 +84,7 @@ class PromoteSessions(SessionHandler):
         )
         self._spec = spec
         self._settle = settle and spec.followed
+        self._focus = list(focus) if focus is not None else None
 
     def settling(self) -> PromoteSessions:
         """The same promotion leaving the sessions whose kernels just moved to the event path
@@ -83,20 +93,32 @@ class PromoteSessions(SessionHandler):
 
     def focused(self, session_ids: Collection[uuid.UUID]) -> PromoteSessions:
         """The same promotion for `session_ids` only, and without expiry (run as events arrive)."""
-        ids = list(session_ids)
-        base = self._spec.where
-
-        def where() -> ColumnElement[bool]:
-            cond = among(Session.id, ids)
-            return cond & base() if base is not None else cond
-
-        return PromoteSessions(replace(self._spec, where=where, expires_in=frozenset()))
+        return PromoteSessions(replace(self._spec, expires_in=frozenset()), focus=session_ids)
 
     def narrow(self, now: dt.datetime) -> ColumnElement[bool] | None:
+        conds = self._conditions(now, self._focus or [])
+        return and_(*conds) if conds else None
+
+    def narrowing(self, now: dt.datetime) -> Narrowing | None:
+        """The event path and the lanes' hinted cycles read several times a second: their statement
+        is kept per (promotion, focused, settling), the focus and the time bound at each read."""
+        params: dict[str, object] = {}
+        if self._focus is not None:
+            params["focus"] = self._focus
+        if self._settle:
+            params["settled_since"] = now - dt.timedelta(seconds=SETTLE)
+        if not params and self._spec.where is None:
+            return None
+        key = (self._spec.name, self._focus is not None, self._settle)
+        return Narrowing(key, lambda: and_(*self._conditions(now, [])), params)
+
+    def _conditions(self, now: dt.datetime, focus: list[uuid.UUID]) -> list[ColumnElement[bool]]:
         conds = [self._spec.where()] if self._spec.where is not None else []
+        if self._focus is not None:
+            conds.append(among_focus(focus))
         if self._settle:
             conds.append(settled(now))
-        return and_(*conds) if conds else None
+        return conds
 
     async def execute(self, targets: Sequence[SessionWithKernels]) -> SessionResultT:
         result = SessionResultT()

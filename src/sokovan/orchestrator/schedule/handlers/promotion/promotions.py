@@ -21,7 +21,7 @@ from sokovan.config.cluster import Phase
 from sokovan.orchestrator.schedule.evictions import requeue_victim
 from sokovan.orchestrator.schedule.handler import KernelCondition
 from sokovan.orchestrator.schedule.handlers.promotion.promote_sessions import Promotion
-from sokovan.state.session_reads import KernelMatchType
+from sokovan.state.session_queries import KernelMatchType
 
 S, K = SessionStatus, KernelStatus
 ANY, NOT_ANY = KernelMatchType.ANY, KernelMatchType.NOT_ANY

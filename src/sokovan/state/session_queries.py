@@ -1,0 +1,210 @@
+"""The statements the session reads are made of: which sessions a handler reads, and through
+the placement lane's fair window.
+
+The placement lane reads through a `PlacementWindow` instead of "the oldest N": at most `per_owner`
+pending sessions of each (scaling group, keypair), taken round-robin across owners (every owner's
+first before anyone's second) up to `limit`, so one owner's queue, however long, never hides
+another's. Sessions blocked on a dependency that has not ended are left out in SQL; they are read
+only to be told why they wait (once, while they have no pending_reason) and to expire.
+
+The lanes and the event path read several times a second in a handful of shapes: each shape's
+statement is built (and keyed for SQLAlchemy's statement cache) once, with what changes between
+reads (the window's time, a handler's `Narrowing`) as bound parameters.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import functools
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    DateTime,
+    Interval,
+    Select,
+    and_,
+    any_,
+    bindparam,
+    exists,
+    func,
+    or_,
+    select,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+
+from sokovan.common.types import KernelStatus, SessionStatus
+from sokovan.db.models import Agent, Kernel, ScalingGroup, Session, SessionDependency
+
+BATCH_LIMIT = 5000
+
+
+@dataclass(frozen=True)
+class PlacementWindow:
+    """How the placement lane's read is bounded: `limit` sessions in all, `per_owner` per
+    (scaling group, keypair)."""
+
+    limit: int = BATCH_LIMIT
+    per_owner: int = BATCH_LIMIT
+
+
+@dataclass(frozen=True)
+class Narrowing:
+    """An extra condition on a read whose statement is built once and kept: `key` names its shape
+    (equal keys, equal conditions), `build` writes it with bound parameters, `params` are their
+    values at this read."""
+
+    key: Hashable
+    build: Callable[[], ColumnElement[bool]]
+    params: Mapping[str, Any]
+
+
+class KernelMatchType(enum.Enum):
+    ALL = "all"
+    ANY = "any"
+    NOT_ANY = "not_any"
+
+
+@functools.lru_cache(maxsize=128)
+def prebuilt(
+    statuses: frozenset[SessionStatus],
+    kernel_statuses: frozenset[KernelStatus] | None,
+    limit: int,
+    match: KernelMatchType | None,
+    window: PlacementWindow | None,
+) -> Select[Any]:
+    """`sessions_query` without `where` or `changed_before`, kept: the window's `now` is a bound
+    parameter given at each execution."""
+    return sessions_query(statuses, kernel_statuses, limit, match=match, window=window)
+
+
+_NARROWED: dict[Hashable, Select[Any]] = {}
+
+
+def narrowed(
+    narrowing: Narrowing,
+    statuses: frozenset[SessionStatus],
+    kernel_statuses: frozenset[KernelStatus] | None,
+    limit: int,
+    match: KernelMatchType | None,
+    window: PlacementWindow | None,
+) -> Select[Any]:
+    """`prebuilt` with a handler's kept condition (`Narrowing`), built on its shape's first read."""
+    key = (narrowing.key, statuses, kernel_statuses, limit, match, window)
+    query = _NARROWED.get(key)
+    if query is None:
+        if len(_NARROWED) >= 256:
+            _NARROWED.clear()
+        query = _NARROWED[key] = sessions_query(
+            statuses, kernel_statuses, limit, match=match, where=narrowing.build(), window=window
+        )
+    return query
+
+
+def _ids(column: Any) -> Any:
+    """`column = ANY(:ids)`, the list given at execution (`among` for statements built once)."""
+    return column == any_(bindparam("ids", type_=ARRAY(column.type)))
+
+
+KERNELS_OF = (
+    select(*Kernel.__table__.c, Agent.rpc_addr)
+    .outerjoin(Agent, Agent.id == Kernel.agent_id)
+    .where(_ids(Kernel.session_id))
+    .order_by(Kernel.session_id, Kernel.cluster_idx)
+)
+DEPENDENCIES_OF = select(SessionDependency.session_id, SessionDependency.depends_on).where(
+    _ids(SessionDependency.session_id)
+)
+
+
+def sessions_query(
+    statuses: frozenset[SessionStatus],
+    kernel_statuses: frozenset[KernelStatus] | None = None,
+    limit: int = BATCH_LIMIT,
+    *,
+    match: KernelMatchType | None = None,
+    changed_before: dt.datetime | None = None,
+    where: ColumnElement[bool] | None = None,
+    window: PlacementWindow | None = None,
+    now: dt.datetime | None = None,
+) -> Select[Any]:
+    """The statement `fetch_sessions` reads the session rows with (its arguments' meaning)."""
+    conditions: list[ColumnElement[bool]] = [Session.status.in_([s.value for s in statuses])]
+    kernel_cond = _kernel_condition(kernel_statuses, match)
+    if kernel_cond is not None:
+        conditions.append(kernel_cond)
+    if changed_before is not None:
+        conditions.append(Session.status_changed_at < changed_before)
+    if where is not None:
+        conditions.append(where)
+    query = (
+        select(*Session.__table__.c, ScalingGroup.pending_timeout)
+        .join(ScalingGroup, ScalingGroup.name == Session.scaling_group)
+        .order_by(Session.created_at, Session.id)
+    )
+    if window is None:
+        query = query.where(*conditions).limit(limit)
+    else:
+        ids = _window_ids(conditions, window, now or dt.datetime.now(dt.UTC))
+        query = query.where(Session.id.in_(select(ids.c.id)))
+    return query
+
+
+def _kernel_condition(
+    kernel_statuses: frozenset[KernelStatus] | None, match: KernelMatchType | None
+) -> ColumnElement[bool] | None:
+    if kernel_statuses is None:
+        return None
+    listed = [k.value for k in kernel_statuses]
+    has = exists().where(Kernel.session_id == Session.id, Kernel.status.in_(listed))
+    if match is None or match is KernelMatchType.ANY:
+        return has
+    if match is KernelMatchType.NOT_ANY:
+        return ~has
+    return ~exists().where(Kernel.session_id == Session.id, Kernel.status.not_in(listed))
+
+
+def dependency_blocked() -> ColumnElement[bool]:
+    """The session depends on a session that has not ended yet (it cannot be placed; a dependency
+    that ended, well or badly, is the dependency validator's to judge)."""
+    dep = Session.__table__.alias("dep")
+    return exists().where(
+        SessionDependency.session_id == Session.id,
+        dep.c.id == SessionDependency.depends_on,
+        dep.c.status.in_([s.value for s in SessionStatus.non_terminal()]),
+    )
+
+
+def _window_ids(conditions: list[ColumnElement[bool]], window: PlacementWindow, now: dt.datetime) -> Any:
+    """The ids in the fair placement window (a subquery with one column, `id`)."""
+    expired = and_(
+        ScalingGroup.pending_timeout > 0,
+        Session.status_changed_at
+        + func.make_interval(0, 0, 0, 0, 0, 0, ScalingGroup.pending_timeout, type_=Interval)
+        < bindparam("now", now, type_=DateTime(timezone=True)),
+    )
+    told = Session.status_info["pending_reason"].is_not(None)
+    rank = (
+        func.row_number()
+        .over(
+            partition_by=(Session.scaling_group, Session.access_key),
+            order_by=(Session.priority.desc(), Session.created_at, Session.id),
+        )
+        .label("rank")
+    )
+    ranked: Select[Any] = (
+        select(Session.id, Session.priority, Session.created_at, rank)
+        .join(ScalingGroup, ScalingGroup.name == Session.scaling_group)
+        .where(*conditions, or_(~dependency_blocked(), ~told, expired))
+    )
+    sub = ranked.subquery("ranked")
+    return (
+        select(sub.c.id)
+        .where(sub.c.rank <= window.per_owner)
+        .order_by(sub.c.rank, sub.c.priority.desc(), sub.c.created_at, sub.c.id)
+        .limit(window.limit)
+        .subquery("window")
+    )
