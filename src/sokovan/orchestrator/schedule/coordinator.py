@@ -46,10 +46,11 @@ class ScheduleCoordinator(
         lanes = handlers if isinstance(handlers, Mapping) else {"all": handlers}
         super().__init__(Hint.SCHEDULE, SessionKind(config), engine, lanes, lock, events)
 
-    def for_short_cycle(self, handler: SessionHandler) -> SessionHandler:
-        """A hinted cycle leaves the sessions the event path is about to promote to it (followed
-        promotions `settling`); the long cycle, the safety net, takes every session."""
-        return handler.settling() if isinstance(handler, PromoteSessions) else handler
+    def for_short_cycle(self, handler: SessionHandler) -> SessionHandler | None:
+        """A hinted cycle leaves the promotions the event path follows to it (`Promotion.followed`):
+        only agents' events meet their conditions, and the event path promotes those sessions as
+        the events arrive. The long cycle, the safety net, runs them over every session."""
+        return None if isinstance(handler, PromoteSessions) and handler.followed else handler
 
     def statuses_of(self, handler: SessionHandler) -> frozenset[str] | None:
         if handler.always_runs:

@@ -128,7 +128,8 @@ class Coordinator(Generic[HandlerT, RowT, ChangeT, ResultT]):
         if short:
             found = self._short_lanes.get(lane)
             if found is None:
-                found = self._short_lanes[lane] = [self.for_short_cycle(h) for h in handlers]
+                short_ones = (self.for_short_cycle(h) for h in handlers)
+                found = self._short_lanes[lane] = [h for h in short_ones if h is not None]
             handlers = found
 
         async def run() -> bool:
@@ -152,8 +153,9 @@ class Coordinator(Generic[HandlerT, RowT, ChangeT, ResultT]):
         for name in self.next_lanes(statuses):
             self.on_wake(name)
 
-    def for_short_cycle(self, handler: HandlerT) -> HandlerT:
-        """The handler a hinted cycle runs in `handler`'s place (by default `handler` itself)."""
+    def for_short_cycle(self, handler: HandlerT) -> HandlerT | None:
+        """The handler a hinted cycle runs in `handler`'s place (by default `handler` itself; None:
+        a hinted cycle leaves it to the long cycle)."""
         return handler
 
     async def present(self, handlers: Sequence[HandlerT]) -> frozenset[str] | None:

@@ -12,12 +12,12 @@ import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
-from sqlalchemy import ColumnElement, DateTime, and_, any_, bindparam, exists
+from sqlalchemy import ColumnElement, and_, any_, bindparam
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from sokovan.common.types import SessionStatus
 from sokovan.config.cluster import Phase
-from sokovan.db.models import Kernel, Session
+from sokovan.db.models import Session
 from sokovan.orchestrator.schedule.endings import failure_from_kernels
 from sokovan.orchestrator.schedule.handler import (
     KernelCondition,
@@ -44,22 +44,10 @@ class Promotion:
     # An extra SQL condition on the sessions read (e.g. PromoteToTerminated leaves requeue victims alone).
     where: Callable[[], ColumnElement[bool]] | None = None
     # Only agents' events meet the kernel condition, and the event path promotes the sessions they
-    # touch as they arrive (`event_promotions`): a lane's hinted (short) cycle leaves a session
-    # whose kernels moved within the last `SETTLE` seconds to it (`settling`), instead of racing it
-    # for the same write. Should the event path fail, the session is the lane's once its kernels
-    # have settled, and every long cycle's.
+    # touch as they arrive (`event_promotions`): a lane's hinted (short) cycle leaves the promotion
+    # to it instead of reading for sessions the event path has already moved or is moving. Should
+    # the event path fail, the lane's next long cycle (the safety net) promotes the session.
     followed: bool = False
-
-
-# How long a lane leaves a session whose kernels just moved to the event path (see `followed`).
-SETTLE = 1.0
-
-
-def settled(now: dt.datetime) -> ColumnElement[bool]:
-    """No kernel of the session moved within the last `SETTLE` seconds before `now` (the bound
-    parameter `settled_since`)."""
-    since = bindparam("settled_since", now - dt.timedelta(seconds=SETTLE), type_=DateTime(timezone=True))
-    return ~exists().where(Kernel.session_id == Session.id, Kernel.status_changed_at > since)
 
 
 def among_focus(ids: list[uuid.UUID]) -> ColumnElement[bool]:
@@ -70,9 +58,7 @@ def among_focus(ids: list[uuid.UUID]) -> ColumnElement[bool]:
 class PromoteSessions(SessionHandler):
     kernels: KernelCondition
 
-    def __init__(
-        self, spec: Promotion, settle: bool = False, focus: Collection[uuid.UUID] | None = None
-    ) -> None:
+    def __init__(self, spec: Promotion, focus: Collection[uuid.UUID] | None = None) -> None:
         self.name = spec.name
         self.targets = spec.targets
         self.kernels = spec.kernels
@@ -83,41 +69,30 @@ class PromoteSessions(SessionHandler):
             expired=TransitionStatus(SessionStatus.TERMINATING) if spec.expires_in else None,
         )
         self._spec = spec
-        self._settle = settle and spec.followed
+        self.followed = spec.followed
         self._focus = list(focus) if focus is not None else None
-
-    def settling(self) -> PromoteSessions:
-        """The same promotion leaving the sessions whose kernels just moved to the event path
-        (for the lane's hinted cycles; `followed`). Itself when the promotion is not followed."""
-        return PromoteSessions(self._spec, settle=True) if self._spec.followed else self
 
     def focused(self, session_ids: Collection[uuid.UUID]) -> PromoteSessions:
         """The same promotion for `session_ids` only, and without expiry (run as events arrive)."""
         return PromoteSessions(replace(self._spec, expires_in=frozenset()), focus=session_ids)
 
     def narrow(self, now: dt.datetime) -> ColumnElement[bool] | None:
-        conds = self._conditions(now, self._focus or [])
+        conds = self._conditions(self._focus or [])
         return and_(*conds) if conds else None
 
     def narrowing(self, now: dt.datetime) -> Narrowing | None:
-        """The event path and the lanes' hinted cycles read several times a second: their statement
-        is kept per (promotion, focused, settling), the focus and the time bound at each read."""
-        params: dict[str, object] = {}
-        if self._focus is not None:
-            params["focus"] = self._focus
-        if self._settle:
-            params["settled_since"] = now - dt.timedelta(seconds=SETTLE)
-        if not params and self._spec.where is None:
+        """The event path reads several times a second: its statement is kept per promotion, the
+        sessions bound at each read."""
+        if self._focus is None and self._spec.where is None:
             return None
-        key = (self._spec.name, self._focus is not None, self._settle)
-        return Narrowing(key, lambda: and_(*self._conditions(now, [])), params)
+        params = {"focus": self._focus} if self._focus is not None else {}
+        key = (self._spec.name, self._focus is not None)
+        return Narrowing(key, lambda: and_(*self._conditions([])), params)
 
-    def _conditions(self, now: dt.datetime, focus: list[uuid.UUID]) -> list[ColumnElement[bool]]:
+    def _conditions(self, focus: list[uuid.UUID]) -> list[ColumnElement[bool]]:
         conds = [self._spec.where()] if self._spec.where is not None else []
         if self._focus is not None:
             conds.append(among_focus(focus))
-        if self._settle:
-            conds.append(settled(now))
         return conds
 
     async def execute(self, targets: Sequence[SessionWithKernels]) -> SessionResultT:

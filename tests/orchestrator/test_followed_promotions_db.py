@@ -1,7 +1,7 @@
-"""Followed promotions (PromoteToPrepared, PromoteToRunning) in a lane's hinted cycle leave the
-sessions whose kernels just moved to the event path, which promotes them as the agents' events
-arrive; the race for the same write, and its stale history row, is gone. A session whose kernels
-have settled, and every session in the long cycle (the safety net), is still the lane's."""
+"""Followed promotions (PromoteToPrepared, PromoteToRunning) are left by a lane's hinted cycles to
+the event path, which promotes the sessions as the agents' events arrive: no read for sessions the
+event path has moved or is moving, and no race for the same write (and its stale history row). The
+long cycle, the safety net, runs them over every session."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.config.cluster import ClusterConfig
 from sokovan.db.models import Kernel, Session, SessionSchedulingHistory
 from sokovan.orchestrator.schedule.coordinator import ScheduleCoordinator
-from sokovan.orchestrator.schedule.handlers.promotion.promote_sessions import SETTLE, PromoteSessions
+from sokovan.orchestrator.schedule.handlers.promotion.promote_sessions import PromoteSessions
 from sokovan.orchestrator.schedule.handlers.promotion.promotions import DETECT_TERMINATION, PROMOTE_TO_RUNNING
 from sokovan.state.kernel_events import KernelEventApplier
 from sokovan.state.session_queries import BATCH_LIMIT, narrowed
@@ -68,35 +68,36 @@ async def test_a_hinted_cycle_leaves_a_session_whose_kernels_just_moved(engine: 
     assert [tuple(r) for r in rows] == [("CREATING", "RUNNING")]
 
 
-async def test_settled_kernels_and_the_long_cycle_are_the_lanes(engine: AsyncEngine) -> None:
+async def test_a_hinted_cycle_never_runs_them_and_the_long_cycle_takes_every_session(
+    engine: AsyncEngine,
+) -> None:
     seed = await Seed(engine).tenancy()
     await seed.agent("a1")
     settled_sid, fresh_sid = await started(engine, seed), await started(engine, seed)
-    async with engine.begin() as conn:  # the event path failed SETTLE seconds ago
+    async with engine.begin() as conn:  # the event path failed a while ago
         await conn.execute(
             update(Kernel)
             .where(Kernel.session_id == settled_sid)
-            .values(status_changed_at=Kernel.status_changed_at - dt.timedelta(seconds=SETTLE + 1))
+            .values(status_changed_at=Kernel.status_changed_at - dt.timedelta(seconds=30))
         )
     coordinator = lanes(engine)
-    assert await coordinator.cycle_lane("start", short=True)
-    assert (await status(engine, settled_sid), await status(engine, fresh_sid)) == ("RUNNING", "CREATING")
-    # The long cycle takes every session.
+    assert not await coordinator.cycle_lane("start", short=True)
+    assert (await status(engine, settled_sid), await status(engine, fresh_sid)) == ("CREATING", "CREATING")
     assert await coordinator.cycle_lane("start")
-    assert await status(engine, fresh_sid) == "RUNNING"
+    assert (await status(engine, settled_sid), await status(engine, fresh_sid)) == ("RUNNING", "RUNNING")
 
 
 async def test_a_promotion_the_event_path_does_not_follow_is_not_held_back(engine: AsyncEngine) -> None:
     detect = PromoteSessions(DETECT_TERMINATION)
-    assert detect.settling() is detect
     assert lanes(engine).for_short_cycle(detect) is detect
+    assert lanes(engine).for_short_cycle(PromoteSessions(PROMOTE_TO_RUNNING)) is None
 
 
-async def test_the_event_paths_read_is_kept_and_reads_each_focus_and_time_of_its_own(
+async def test_the_event_paths_read_is_kept_and_reads_each_focus_of_its_own(
     engine: AsyncEngine,
 ) -> None:
-    """The focused and the settling reads keep one statement each, whatever the sessions and the
-    time: what varies is bound at each read."""
+    """The focused read keeps one statement per promotion, whatever the sessions: they are bound at
+    each read."""
     seed = await Seed(engine).tenancy()
     await seed.agent("a1")
     first, second = await started(engine, seed), await started(engine, seed)
@@ -115,11 +116,3 @@ async def test_the_event_paths_read_is_kept_and_reads_each_focus_and_time_of_its
     assert (await status(engine, first), await status(engine, second)) == ("RUNNING", "CREATING")
     assert await coordinator.run_handler(spec.focused([second]))
     assert await status(engine, second) == "RUNNING"
-    # The settling read at two times: a kernel that moved just now is left, then taken.
-    third = await started(engine, seed)
-    settling = spec.settling()
-    assert not await coordinator.run_handler(settling)
-    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=2 * SETTLE)
-    async with engine.connect() as conn:
-        assert await coordinator.kind.load(conn, settling, now) == []
-        assert [s.id for s in await coordinator.kind.load(conn, settling, later)] == [third]
