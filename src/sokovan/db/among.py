@@ -23,3 +23,10 @@ def among(column: Any, values: Iterable[Any]) -> ColumnElement[bool]:
     array = bindparam(None, list(values), type_=ARRAY(column.type), unique=True)
     condition: ColumnElement[bool] = column == any_(array)
     return condition
+
+
+def among_bound(column: Any, name: str = "ids") -> ColumnElement[bool]:
+    """`column = ANY(:name)` for a statement built once and kept: the list is given at each
+    execution, as the parameter `name`."""
+    condition: ColumnElement[bool] = column == any_(bindparam(name, type_=ARRAY(column.type)))
+    return condition

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.bus.user_events import UserEvent
 from sokovan.common.types import KernelStatus
-from sokovan.db.among import among
+from sokovan.db.among import among_bound
 from sokovan.db.models import Kernel, KernelSchedulingHistory, Session
 
 
@@ -125,6 +125,38 @@ class KernelMove:
         )
 
 
+# The kernels of a batch with their sessions' owners, locked in id order (FOR NO KEY UPDATE: FK
+# checks may still pass), and the move of one of them (an executemany): both built once.
+_LOCK = (
+    select(
+        Kernel.id,
+        Kernel.status,
+        Kernel.session_id,
+        Kernel.status_info,
+        Kernel.agent_id,
+        Kernel.exit_code,
+        Session.user_id,
+    )
+    .join(Session, Session.id == Kernel.session_id)
+    .where(among_bound(Kernel.id))
+    .order_by(Kernel.id)
+    .with_for_update(of=Kernel, key_share=True)
+)
+_MOVE = (
+    update(Kernel)
+    .where(Kernel.id == bindparam("b_id"))
+    .values(
+        status=bindparam("b_status"),
+        status_changed_at=bindparam("b_now"),
+        status_info=bindparam("b_info"),
+        exit_code=bindparam("b_exit"),
+        terminated_at=func.coalesce(Kernel.terminated_at, bindparam("b_terminated")),
+        service_addr=func.coalesce(bindparam("b_addr", type_=String), Kernel.service_addr),
+    )
+    .execution_options(synchronize_session=False)
+)
+
+
 async def apply_kernel_transitions(
     conn: AsyncConnection, transitions: Sequence[KernelTransition]
 ) -> list[KernelMove]:
@@ -134,21 +166,7 @@ async def apply_kernel_transitions(
     if not transitions:
         return []
     now = dt.datetime.now(dt.UTC)
-    rows = await conn.execute(
-        select(
-            Kernel.id,
-            Kernel.status,
-            Kernel.session_id,
-            Kernel.status_info,
-            Kernel.agent_id,
-            Kernel.exit_code,
-            Session.user_id,
-        )
-        .join(Session, Session.id == Kernel.session_id)
-        .where(among(Kernel.id, [t.kernel_id for t in transitions]))
-        .order_by(Kernel.id)
-        .with_for_update(of=Kernel, key_share=True)  # FOR NO KEY UPDATE: FK checks may still pass
-    )
+    rows = await conn.execute(_LOCK, {"ids": [t.kernel_id for t in transitions]})
     current = {r.id: r for r in rows}
     updates: list[dict[str, Any]] = []
     history: list[dict[str, Any]] = []
@@ -167,6 +185,7 @@ async def apply_kernel_transitions(
                 "b_exit": t.exit_code if t.exit_code is not None else row.exit_code,
                 "b_terminated": now if t.to_status.is_terminal else None,
                 "b_addr": t.service_addr,
+                "b_now": now,
             }
         )
         history.append(
@@ -186,19 +205,6 @@ async def apply_kernel_transitions(
             )
         )
     if updates:
-        await conn.execute(
-            update(Kernel)
-            .where(Kernel.id == bindparam("b_id"))
-            .values(
-                status=bindparam("b_status"),
-                status_changed_at=now,
-                status_info=bindparam("b_info"),
-                exit_code=bindparam("b_exit"),
-                terminated_at=func.coalesce(Kernel.terminated_at, bindparam("b_terminated")),
-                service_addr=func.coalesce(bindparam("b_addr", type_=String), Kernel.service_addr),
-            )
-            .execution_options(synchronize_session=False),
-            updates,
-        )
+        await conn.execute(_MOVE, updates)
         await conn.execute(insert(KernelSchedulingHistory), history)
     return moved

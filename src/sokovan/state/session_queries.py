@@ -27,16 +27,15 @@ from sqlalchemy import (
     Interval,
     Select,
     and_,
-    any_,
     bindparam,
     exists,
     func,
     or_,
     select,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 
 from sokovan.common.types import KernelStatus, SessionStatus
+from sokovan.db.among import among_bound
 from sokovan.db.models import Agent, Kernel, ScalingGroup, Session, SessionDependency
 
 BATCH_LIMIT = 5000
@@ -104,19 +103,14 @@ def narrowed(
     return query
 
 
-def _ids(column: Any) -> Any:
-    """`column = ANY(:ids)`, the list given at execution (`among` for statements built once)."""
-    return column == any_(bindparam("ids", type_=ARRAY(column.type)))
-
-
 KERNELS_OF = (
     select(*Kernel.__table__.c, Agent.rpc_addr)
     .outerjoin(Agent, Agent.id == Kernel.agent_id)
-    .where(_ids(Kernel.session_id))
+    .where(among_bound(Kernel.session_id))
     .order_by(Kernel.session_id, Kernel.cluster_idx)
 )
 DEPENDENCIES_OF = select(SessionDependency.session_id, SessionDependency.depends_on).where(
-    _ids(SessionDependency.session_id)
+    among_bound(SessionDependency.session_id)
 )
 
 

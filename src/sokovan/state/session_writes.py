@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sokovan.bus.user_events import UserEvent
 from sokovan.common.preemption import NOMINATED_AGENTS, NOMINATED_UNTIL, PREEMPTS
 from sokovan.common.types import KernelStatus, SchedulingResult, SessionResult, SessionStatus
-from sokovan.db.among import among
+from sokovan.db.among import among, among_bound
 from sokovan.db.models import Kernel, Session, SessionSchedulingHistory
 from sokovan.state.kernel_writes import move_kernels_of_sessions
 from sokovan.state.status_info import SessionStatusInfo, status_info_of
@@ -102,6 +102,23 @@ class AppliedTransitions:
         ]
 
 
+# The sessions of a batch, locked and read (FOR NO KEY UPDATE: FK checks may still pass).
+_LOCK = (
+    select(
+        Session.id,
+        Session.status,
+        Session.status_info,
+        Session.phase_attempts,
+        Session.user_id,
+        Session.deployment_id,
+        Session.resources,
+        Session.cluster_size,
+    )
+    .where(among_bound(Session.id))
+    .with_for_update(key_share=True)
+)
+
+
 async def apply_session_transitions(
     conn: AsyncConnection, transitions: Sequence[SessionTransition]
 ) -> AppliedTransitions:
@@ -109,23 +126,7 @@ async def apply_session_transitions(
     out = AppliedTransitions()
     if not transitions:
         return out
-    ids = [t.session_id for t in transitions]
-    rows = (
-        await conn.execute(
-            select(
-                Session.id,
-                Session.status,
-                Session.status_info,
-                Session.phase_attempts,
-                Session.user_id,
-                Session.deployment_id,
-                Session.resources,
-                Session.cluster_size,
-            )
-            .where(among(Session.id, ids))
-            .with_for_update(key_share=True)  # FOR NO KEY UPDATE: FK checks may still pass
-        )
-    ).all()
+    rows = (await conn.execute(_LOCK, {"ids": [t.session_id for t in transitions]})).all()
     owners = {r.id: str(r.user_id) for r in rows}
     replicas = {r.id for r in rows if r.deployment_id is not None}
     current = {r.id: (SessionStatus(r.status), status_info_of(r.status_info), r.phase_attempts) for r in rows}
@@ -296,6 +297,20 @@ def _final(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(out.values())
 
 
+# Each session's latest history row (what a repeated run merges into).
+_LATEST = (
+    select(
+        SessionSchedulingHistory.id,
+        SessionSchedulingHistory.session_id,
+        SessionSchedulingHistory.attempt,
+        *(getattr(SessionSchedulingHistory, k) for k in _MERGE_KEY),
+    )
+    .where(among_bound(SessionSchedulingHistory.session_id))
+    .ext(distinct_on(SessionSchedulingHistory.session_id))
+    .order_by(SessionSchedulingHistory.session_id, SessionSchedulingHistory.id.desc())
+)
+
+
 async def _history_plan(
     conn: AsyncConnection, rows: list[dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -311,17 +326,7 @@ async def _history_plan(
     staying = {r["session_id"] for r in rows if r["from_status"] == r["to_status"]}
     last: dict[uuid.UUID, Any] = {}
     if staying:
-        latest = await conn.execute(
-            select(
-                SessionSchedulingHistory.id,
-                SessionSchedulingHistory.session_id,
-                SessionSchedulingHistory.attempt,
-                *(getattr(SessionSchedulingHistory, k) for k in _MERGE_KEY),
-            )
-            .where(among(SessionSchedulingHistory.session_id, staying))
-            .ext(distinct_on(SessionSchedulingHistory.session_id))
-            .order_by(SessionSchedulingHistory.session_id, SessionSchedulingHistory.id.desc())
-        )
+        latest = await conn.execute(_LATEST, {"ids": list(staying)})
         last = {r.session_id: r for r in latest}
     merges: list[dict[str, Any]] = []
     inserts: list[dict[str, Any]] = []
