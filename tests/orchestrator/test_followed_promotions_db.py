@@ -19,7 +19,7 @@ from sokovan.orchestrator.schedule.coordinator import ScheduleCoordinator
 from sokovan.orchestrator.schedule.handlers.promotion.promote_sessions import PromoteSessions
 from sokovan.orchestrator.schedule.handlers.promotion.promotions import DETECT_TERMINATION, PROMOTE_TO_RUNNING
 from sokovan.state.kernel_events import KernelEventApplier
-from sokovan.state.session_queries import BATCH_LIMIT, narrowed
+from sokovan.state.session_queries import BATCH_LIMIT, kept
 from tests.orchestrator.db_seed import Seed
 
 S, K = SessionStatus, KernelStatus
@@ -105,11 +105,10 @@ async def test_the_event_paths_read_is_kept_and_reads_each_focus_of_its_own(
     spec = PromoteSessions(PROMOTE_TO_RUNNING)
     shapes = [spec.focused([first]).narrowing(now), spec.focused([second]).narrowing(now + dt.timedelta(1))]
     assert shapes[0] is not None and shapes[1] is not None
-    kept = [
-        narrowed(n, spec.targets, spec.kernels.statuses, BATCH_LIMIT, spec.kernels.match, None)
-        for n in shapes
+    statements = [
+        kept(spec.targets, spec.kernels.statuses, BATCH_LIMIT, spec.kernels.match, None, n) for n in shapes
     ]
-    assert kept[0] is kept[1]
+    assert statements[0] is statements[1]
     coordinator = lanes(engine)
     # Each focused run reads its own session only.
     assert await coordinator.run_handler(spec.focused([first]))

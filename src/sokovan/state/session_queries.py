@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-import functools
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -67,38 +66,27 @@ class KernelMatchType(enum.Enum):
     NOT_ANY = "not_any"
 
 
-@functools.lru_cache(maxsize=128)
-def prebuilt(
+_KEPT: dict[Hashable, Select[Any]] = {}
+
+
+def kept(
     statuses: frozenset[SessionStatus],
     kernel_statuses: frozenset[KernelStatus] | None,
     limit: int,
     match: KernelMatchType | None,
     window: PlacementWindow | None,
+    narrowing: Narrowing | None = None,
 ) -> Select[Any]:
-    """`sessions_query` without `where` or `changed_before`, kept: the window's `now` is a bound
-    parameter given at each execution."""
-    return sessions_query(statuses, kernel_statuses, limit, match=match, window=window)
-
-
-_NARROWED: dict[Hashable, Select[Any]] = {}
-
-
-def narrowed(
-    narrowing: Narrowing,
-    statuses: frozenset[SessionStatus],
-    kernel_statuses: frozenset[KernelStatus] | None,
-    limit: int,
-    match: KernelMatchType | None,
-    window: PlacementWindow | None,
-) -> Select[Any]:
-    """`prebuilt` with a handler's kept condition (`Narrowing`), built on its shape's first read."""
-    key = (narrowing.key, statuses, kernel_statuses, limit, match, window)
-    query = _NARROWED.get(key)
+    """`sessions_query` without `changed_before`, built on its shape's first read and kept: the
+    window's `now` and the `narrowing`'s parameters are bound at each execution."""
+    key = (narrowing.key if narrowing is not None else None, statuses, kernel_statuses, limit, match, window)
+    query = _KEPT.get(key)
     if query is None:
-        if len(_NARROWED) >= 256:
-            _NARROWED.clear()
-        query = _NARROWED[key] = sessions_query(
-            statuses, kernel_statuses, limit, match=match, where=narrowing.build(), window=window
+        if len(_KEPT) >= 256:
+            _KEPT.clear()
+        where = narrowing.build() if narrowing is not None else None
+        query = _KEPT[key] = sessions_query(
+            statuses, kernel_statuses, limit, match=match, where=where, window=window
         )
     return query
 

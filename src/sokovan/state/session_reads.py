@@ -28,8 +28,7 @@ from sokovan.state.session_queries import (
     KernelMatchType,
     Narrowing,
     PlacementWindow,
-    narrowed,
-    prebuilt,
+    kept,
     sessions_query,
 )
 from sokovan.state.status_info import SessionStatusInfo, status_info_of
@@ -121,11 +120,8 @@ async def fetch_sessions(
     if where is None and changed_before is None:
         # The lanes' and the event path's reads have a handful of shapes: each is built (and keyed
         # for SQLAlchemy's statement cache) once, not at every read.
-        if narrowing is None:
-            query = prebuilt(statuses, kernel_statuses, limit, match, window)
-        else:
-            query = narrowed(narrowing, statuses, kernel_statuses, limit, match, window)
-            params.update(narrowing.params)
+        query = kept(statuses, kernel_statuses, limit, match, window, narrowing)
+        params.update(narrowing.params if narrowing is not None else {})
     else:
         query = sessions_query(
             statuses, kernel_statuses, limit, match=match, changed_before=changed_before, where=where,
