@@ -5,10 +5,11 @@ cycle.
 A placement cycle reads every agent of the scaling groups it places in. Decoding a thousand agents'
 capacity and image lists took about 12 ms of a cycle that placed one session; the database itself
 answers the read in under a millisecond. So the cycle reads each agent's status and a fingerprint
-of those two columns (`statics_fingerprint`, an `md5` PostgreSQL computes when the row is written,
-not at each read), and the columns themselves only for the agents
-whose fingerprint is not the one parsed last time: after a change, a restart of the manager, or an
-agent it never saw. What a snapshot holds is exactly what the table holds at the read.
+of those two columns (`statics_fingerprint`, an `md5` PostgreSQL stores when the row is written,
+not computed at each read), and the columns themselves only for the agents whose fingerprint is
+not the one parsed last time: after a change, a restart of the manager, or an agent it never saw.
+What a snapshot holds is exactly what the table holds at the read. Agents of one shape (the same
+capacity and images) share the parsed objects.
 
 Most cycles find no agent changed at all (heartbeats do not touch what is read here), so the read
 first compares a digest of every agent's row, computed by PostgreSQL, with the one behind the list
