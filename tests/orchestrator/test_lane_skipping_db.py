@@ -100,3 +100,22 @@ async def test_every_handler_whose_status_is_present_reads(engine: AsyncEngine) 
     table, _ = await cycle(engine, {"1": "A", "2": "C", "3": "X"}, LANE)
     assert table.loads == ["a_to_b", "c_to_d", "b_to_c", "x_to_y"]
     assert table.statuses == {"1": "C", "2": "D", "3": "Y"}
+
+
+async def test_a_lane_of_one_handler_reads_without_looking_first(engine: AsyncEngine) -> None:
+    """Its handler's own read answers what the look would: the look is skipped, the read is not."""
+    looks: list[int] = []
+
+    class Counted(Lanes):
+        async def present(self, handlers: Sequence[Step]) -> frozenset[str] | None:
+            looks.append(len(handlers))
+            return await super().present(handlers)
+
+    table = Table({"1": "A", "2": "Z"})
+    lanes = Counted("things", table, engine, {"one": [Step("a_to_b", "A", "B")], "two": LANE[:2]})
+    assert await lanes.cycle_lane("one")
+    assert looks == [] and table.loads == ["a_to_b"] and table.statuses == {"1": "B", "2": "Z"}
+    assert not await lanes.cycle_lane("one")  # nothing left in A: the read finds nothing
+    assert table.loads == ["a_to_b", "a_to_b"]
+    await lanes.cycle_lane("two")
+    assert looks == [2]

@@ -133,7 +133,9 @@ class Coordinator(Generic[HandlerT, RowT, ChangeT, ResultT]):
             handlers = found
 
         async def run() -> bool:
-            present = await self.present(handlers)
+            # A lane of one handler has nothing to skip but that handler, whose own read answers
+            # the same question: the look would be one more round trip per cycle.
+            present = await self.present(handlers) if len(handlers) > 1 else None
             # The statuses entities entered in this cycle: with `present`, every status an
             # earlier handler of the lane may have handed work on in.
             entered: set[str] = set()
