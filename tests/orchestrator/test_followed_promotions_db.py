@@ -20,6 +20,7 @@ from sokovan.orchestrator.schedule.handlers.promotion.promote_sessions import Pr
 from sokovan.orchestrator.schedule.handlers.promotion.promotions import DETECT_TERMINATION, PROMOTE_TO_RUNNING
 from sokovan.state.kernel_events import KernelEventApplier
 from sokovan.state.session_queries import BATCH_LIMIT, kept
+from sokovan.state.session_reads import fetch_sessions
 from tests.orchestrator.db_seed import Seed
 
 S, K = SessionStatus, KernelStatus
@@ -115,3 +116,21 @@ async def test_the_event_paths_read_is_kept_and_reads_each_focus_of_its_own(
     assert (await status(engine, first), await status(engine, second)) == ("RUNNING", "CREATING")
     assert await coordinator.run_handler(spec.focused([second]))
     assert await status(engine, second) == "RUNNING"
+
+
+async def test_a_narrowing_holds_with_a_read_of_stuck_sessions_too(engine: AsyncEngine) -> None:
+    """`changed_before` builds the statement at the read; the narrowing is still applied and bound."""
+    seed = await Seed(engine).tenancy()
+    await seed.agent("a1")
+    first, second = await started(engine, seed), await started(engine, seed)
+    now = dt.datetime.now(dt.UTC)
+    focus = PromoteSessions(PROMOTE_TO_RUNNING).focused([second]).narrowing(now)
+    async with engine.connect() as conn:
+        rows = await fetch_sessions(
+            conn, frozenset({S.CREATING}), changed_before=now + dt.timedelta(seconds=60), narrowing=focus
+        )
+        every = await fetch_sessions(
+            conn, frozenset({S.CREATING}), changed_before=now + dt.timedelta(seconds=60)
+        )
+    assert [r.id for r in rows] == [second]
+    assert sorted(r.id for r in every) == sorted([first, second])

@@ -114,15 +114,17 @@ async def fetch_sessions(
     ALL / ANY / NOT_ANY condition of a promotion is evaluated in SQL, so only sessions that meet
     it are read. `changed_before` keeps sessions that entered their status before that time;
     `where` is a handler's own extra condition, or `narrowing` the same kept between reads. With
-    `window` (the placement lane), the fair window replaces `limit`: see the module's docstring.
+    `window` (the placement lane), the fair window replaces `limit` (`session_queries`).
     """
     params: dict[str, Any] = {"now": now or dt.datetime.now(dt.UTC)} if window is not None else {}
+    params.update(narrowing.params if narrowing is not None else {})
     if where is None and changed_before is None:
         # The lanes' and the event path's reads have a handful of shapes: each is built (and keyed
         # for SQLAlchemy's statement cache) once, not at every read.
         query = kept(statuses, kernel_statuses, limit, match, window, narrowing)
-        params.update(narrowing.params if narrowing is not None else {})
     else:
+        if narrowing is not None:
+            where = narrowing.build() if where is None else where & narrowing.build()
         query = sessions_query(
             statuses, kernel_statuses, limit, match=match, changed_before=changed_before, where=where,
             window=window, now=now,
