@@ -129,19 +129,22 @@ async def test_a_failed_dependency_still_cancels_its_waiting_sessions(engine: As
     assert cancelled == ["DEPENDENCY_FAILED"] * 30
 
 
-async def test_a_blocked_session_past_its_pending_timeout_is_still_cancelled(engine: AsyncEngine) -> None:
+async def told_to_wait(engine: AsyncEngine, each: int = 2, **ages: int) -> None:
+    """In a group whose pending timeout is 60 s, `each` sessions per `tag=age` (seconds) blocked on
+    a RUNNING dependency and already told why they wait."""
     seed = await Seed(engine).tenancy(pending_timeout=60)
     await seed.agent("a1")
     dep = await seed.session(status=SessionStatus.RUNNING, agent_id="a1")
     told = json.dumps({"pending_reason": f"waiting for dependencies: {dep} (RUNNING)"})
-    await bulk_sessions(
-        engine, 2, tag="young", access_key="AK1", user_id=seed.user_id, project_id=seed.project_id,
-        depends_on=dep, age=10, info=told,
-    )  # fmt: skip
-    await bulk_sessions(
-        engine, 2, tag="old", access_key="AK1", user_id=seed.user_id, project_id=seed.project_id,
-        depends_on=dep, age=120, info=told,
-    )  # fmt: skip
+    for tag, age in ages.items():
+        await bulk_sessions(
+            engine, each, tag=tag, access_key="AK1", user_id=seed.user_id, project_id=seed.project_id,
+            depends_on=dep, age=age, info=told,
+        )  # fmt: skip
+
+
+async def test_a_blocked_session_past_its_pending_timeout_is_still_cancelled(engine: AsyncEngine) -> None:
+    await told_to_wait(engine, young=10, old=120)
     assert sorted(name for _, name in await window(engine)) == ["old-1", "old-2"]
     await coordinator(engine).cycle()
     assert [await status_of(engine, n) for n in ("old-1", "old-2", "young-1", "young-2")] == [
@@ -157,14 +160,7 @@ async def test_the_window_read_is_built_once_and_judges_expiry_at_each_reads_own
 ) -> None:
     """The window's statement is kept between cycles; the time a blocked session's pending timeout
     is measured against is each read's own, not the first read's."""
-    seed = await Seed(engine).tenancy(pending_timeout=60)
-    await seed.agent("a1")
-    dep = await seed.session(status=SessionStatus.RUNNING, agent_id="a1")
-    told = json.dumps({"pending_reason": f"waiting for dependencies: {dep} (RUNNING)"})
-    await bulk_sessions(
-        engine, 1, tag="blocked", access_key="AK1", user_id=seed.user_id, project_id=seed.project_id,
-        depends_on=dep, age=10, info=told,
-    )  # fmt: skip
+    await told_to_wait(engine, each=1, blocked=10)
     now = dt.datetime.now(dt.UTC)
 
     async def read_at(when: dt.datetime) -> list[str]:

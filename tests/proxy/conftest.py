@@ -73,19 +73,28 @@ async def start_proxy(proxy_settings: Settings) -> AsyncIterator[StartProxy]:
 
 
 Serve = Callable[..., Awaitable[tuple[AppProxy, list[Backend]]]]
+RouteApp = Callable[..., Awaitable[AppProxy]]
 
 
 @pytest.fixture
-def serve(
-    redis: aioredis.Redis, proxy_settings: Settings, start_proxy: StartProxy, backends: Backends
-) -> Serve:
+def route_app(redis: aioredis.Redis, proxy_settings: Settings, start_proxy: StartProxy) -> RouteApp:
+    """Starts a proxy whose applied table routes `app` to the given endpoints, in that order."""
+
+    async def start(*endpoints: str) -> AppProxy:
+        proxy = await start_proxy()
+        await applied(proxy, await publish(redis, proxy_settings, {"app": list(endpoints)}))
+        return proxy
+
+    return start
+
+
+@pytest.fixture
+def serve(route_app: RouteApp, backends: Backends) -> Serve:
     """Starts replicas by name, then a proxy whose applied table routes `app` to all of them."""
 
     async def start(*names: str) -> tuple[AppProxy, list[Backend]]:
         replicas = await backends(*names)
-        proxy = await start_proxy()
-        await applied(proxy, await publish(redis, proxy_settings, {"app": [b.url for b in replicas]}))
-        return proxy, replicas
+        return await route_app(*(b.url for b in replicas)), replicas
 
     return start
 

@@ -12,7 +12,16 @@ from yarl import URL
 
 from sokovan.common.settings import Settings
 from tests.proxy.backends import Resetter, dead_endpoint
-from tests.proxy.conftest import Backends, Serve, StartProxy, applied, eventually, publish, target
+from tests.proxy.conftest import (
+    Backends,
+    RouteApp,
+    Serve,
+    StartProxy,
+    applied,
+    eventually,
+    publish,
+    target,
+)
 
 
 async def test_round_robin_across_three_replicas(serve: Serve, client: aiohttp.ClientSession) -> None:
@@ -58,16 +67,10 @@ async def test_method_path_query_headers_and_body_cross(serve: Serve, client: ai
 
 
 async def test_a_refused_connection_goes_to_the_next_replica(
-    redis: aioredis.Redis,
-    proxy_settings: Settings,
-    start_proxy: StartProxy,
-    backends: Backends,
-    client: aiohttp.ClientSession,
+    route_app: RouteApp, backends: Backends, client: aiohttp.ClientSession
 ) -> None:
     r1, r2 = await backends("r1", "r2")
-    dead = dead_endpoint()
-    proxy = await start_proxy()
-    await applied(proxy, await publish(redis, proxy_settings, {"app": [dead, r1.url, r2.url]}))
+    proxy = await route_app(dead_endpoint(), r1.url, r2.url)
     for _ in range(6):
         async with client.post(f"{proxy.url}/app/echo/x", data=b"payload") as resp:
             assert resp.status == 200
@@ -101,14 +104,8 @@ async def test_no_healthy_replica_is_503(
         assert name in problem["detail"]
 
 
-async def test_unknown_deployment_is_404(
-    redis: aioredis.Redis,
-    proxy_settings: Settings,
-    start_proxy: StartProxy,
-    client: aiohttp.ClientSession,
-) -> None:
-    proxy = await start_proxy()
-    await applied(proxy, await publish(redis, proxy_settings, {"app": [dead_endpoint()]}))
+async def test_unknown_deployment_is_404(route_app: RouteApp, client: aiohttp.ClientSession) -> None:
+    proxy = await route_app(dead_endpoint())
     for path in ("/nope/x", "/nope", "/"):
         async with client.get(f"{proxy.url}{path}") as resp:
             assert resp.status == 404
@@ -240,19 +237,14 @@ async def test_an_endpoint_with_a_path_prefix_like_a_hollow_kernel(
 
 
 async def test_a_reset_connection_sends_a_bodiless_idempotent_request_to_the_next_replica(
-    redis: aioredis.Redis,
-    proxy_settings: Settings,
-    start_proxy: StartProxy,
-    backends: Backends,
-    client: aiohttp.ClientSession,
+    route_app: RouteApp, backends: Backends, client: aiohttp.ClientSession
 ) -> None:
     """A replica killed while the request sat unread in its socket resets the connection: a GET goes
     on to the next replica; a POST, whose body the replica may have acted on, is a 502."""
     (r1,) = await backends("r1")
     killed = await Resetter().start()
     try:
-        proxy = await start_proxy()
-        await applied(proxy, await publish(redis, proxy_settings, {"app": [killed.url, r1.url]}))
+        proxy = await route_app(killed.url, r1.url)
         for _ in range(4):
             async with client.get(f"{proxy.url}/app/whoami") as resp:
                 assert resp.status == 200

@@ -25,8 +25,9 @@ def among(column: Any, values: Iterable[Any]) -> ColumnElement[bool]:
     return condition
 
 
-def among_bound(column: Any, name: str = "ids") -> ColumnElement[bool]:
+def among_bound(column: Any, name: str = "ids", values: Iterable[Any] | None = None) -> ColumnElement[bool]:
     """`column = ANY(:name)` for a statement built once and kept: the list is given at each
-    execution, as the parameter `name`."""
-    condition: ColumnElement[bool] = column == any_(bindparam(name, type_=ARRAY(column.type)))
+    execution, as the parameter `name` (`values`, if given, stand until then)."""
+    array = bindparam(name, list(values) if values is not None else None, type_=ARRAY(column.type))
+    condition: ColumnElement[bool] = column == any_(array)
     return condition

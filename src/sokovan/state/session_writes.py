@@ -197,13 +197,7 @@ async def apply_session_transitions(
             {"sessions": json.dumps(_final(session_rows)), "history": json.dumps(inserts, default=str)},
         )
     if merges:
-        await conn.execute(
-            update(SessionSchedulingHistory)
-            .where(SessionSchedulingHistory.id == bindparam("b_id"))
-            .values(attempt=bindparam("b_attempt"), message=bindparam("b_message"), updated_at=now)
-            .execution_options(synchronize_session=False),
-            merges,
-        )
+        await conn.execute(_MERGE, [{**m, "b_now": now} for m in merges])
     for (kernel_to, kernel_expected), session_ids in kernel_moves.items():
         await move_kernels_of_sessions(
             conn, session_ids, kernel_expected, kernel_to, source="session", now=now
@@ -308,6 +302,15 @@ _LATEST = (
     .where(among_bound(SessionSchedulingHistory.session_id))
     .ext(distinct_on(SessionSchedulingHistory.session_id))
     .order_by(SessionSchedulingHistory.session_id, SessionSchedulingHistory.id.desc())
+)
+
+
+# A repeated run merged into its session's latest row (an executemany).
+_MERGE = (
+    update(SessionSchedulingHistory)
+    .where(SessionSchedulingHistory.id == bindparam("b_id"))
+    .values(attempt=bindparam("b_attempt"), message=bindparam("b_message"), updated_at=bindparam("b_now"))
+    .execution_options(synchronize_session=False)
 )
 
 

@@ -12,11 +12,11 @@ import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
-from sqlalchemy import ColumnElement, and_, any_, bindparam
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import ColumnElement, and_
 
 from sokovan.common.types import SessionStatus
 from sokovan.config.cluster import Phase
+from sokovan.db.among import among_bound
 from sokovan.db.models import Session
 from sokovan.orchestrator.schedule.endings import failure_from_kernels
 from sokovan.orchestrator.schedule.handler import (
@@ -48,11 +48,6 @@ class Promotion:
     # to it instead of reading for sessions the event path has already moved or is moving. Should
     # the event path fail, the lane's next long cycle (the safety net) promotes the session.
     followed: bool = False
-
-
-def among_focus(ids: list[uuid.UUID]) -> ColumnElement[bool]:
-    """The session is one of `ids` (the bound parameter `focus`)."""
-    return Session.id == any_(bindparam("focus", ids, type_=ARRAY(Session.id.type)))
 
 
 class PromoteSessions(SessionHandler):
@@ -92,7 +87,7 @@ class PromoteSessions(SessionHandler):
     def _conditions(self, focus: list[uuid.UUID]) -> list[ColumnElement[bool]]:
         conds = [self._spec.where()] if self._spec.where is not None else []
         if self._focus is not None:
-            conds.append(among_focus(focus))
+            conds.append(among_bound(Session.id, "focus", focus))
         return conds
 
     async def execute(self, targets: Sequence[SessionWithKernels]) -> SessionResultT:
