@@ -46,3 +46,12 @@ async def test_reads_run_without_a_transaction_and_writes_within_one(engine: Asy
     # The pool's connections are back to their transactional default.
     async with engine.connect() as conn:
         assert not await alone(conn)
+
+
+async def test_a_write_of_one_statement_runs_without_a_transaction(engine: AsyncEngine) -> None:
+    table = Watched({"1": "A"})
+    table.at_once = True
+    lanes = Lanes("things", table, engine, {"lane": [Step("a_to_b", "A", "B")]})
+    assert await lanes.cycle_lane("lane")
+    assert table.statuses == {"1": "B"}
+    assert table.writes_alone == [True]

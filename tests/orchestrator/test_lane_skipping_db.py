@@ -34,6 +34,7 @@ class Table:
     def __init__(self, statuses: dict[str, str]) -> None:
         self.statuses = statuses
         self.loads: list[str] = []
+        self.at_once = False  # whether a write is one statement (`one_statement`)
 
     async def load(self, conn: AsyncConnection, handler: Step, now: dt.datetime) -> list[str]:
         self.loads.append(handler.name)
@@ -43,6 +44,9 @@ class Table:
         self, handler: Step, result: list[str], rows: Sequence[str], now: dt.datetime
     ) -> list[tuple[str, str]]:
         return [(k, handler.to) for k in result]
+
+    def one_statement(self, changes: Sequence[tuple[str, str]]) -> bool:
+        return self.at_once
 
     async def write(self, conn: AsyncConnection, changes: Sequence[tuple[str, str]]) -> Applied:
         applied = Applied()

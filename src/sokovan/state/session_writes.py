@@ -1,9 +1,10 @@
 """Guarded session status writes: the only way a session's status changes.
 
 Every write is a compare-and-set: a session moves only if it is still in one of the statuses the
-caller expected, and its history row is written in the same transaction. A session that moved
-on in the meantime is *stale*: it is left alone and the attempt is recorded as such, never
-raised as an error. All statements are batched over the given sessions.
+caller expected, and its history row is written with it. A session that moved on in the meantime
+is *stale*: it is left alone and the attempt is recorded as such, never raised as an error. All
+statements are batched over the given sessions; a batch of hand-offs is one statement
+(`session_moves`), anything else a few (`apply_in_steps`).
 
 A session leaving PENDING loses what only a waiting session has (its pending_reason and a
 preemptor's nomination). A transition may drop status_info keys (`drop_info`) and, for the one
@@ -30,6 +31,7 @@ from sokovan.common.types import KernelStatus, SchedulingResult, SessionResult, 
 from sokovan.db.among import among, among_bound
 from sokovan.db.models import Kernel, Session, SessionSchedulingHistory
 from sokovan.state.kernel_writes import move_kernels_of_sessions
+from sokovan.state.session_moves import apply_moves, moves_only
 from sokovan.state.status_info import SessionStatusInfo, status_info_of
 
 # Statuses whose kernels are swept along when a session moves and no kernel guard is given.
@@ -126,6 +128,22 @@ async def apply_session_transitions(
     out = AppliedTransitions()
     if not transitions:
         return out
+    if moves_only(transitions):  # hand-offs: one statement (`session_moves`)
+        stale = await apply_moves(conn, transitions, out, WAITING_KEYS)
+        if stale:
+            await _write_history(
+                conn, [_history(t, s, s, _stale(t, s), dt.datetime.now(dt.UTC)) for t, s in stale]
+            )
+        return out
+    return await apply_in_steps(conn, transitions, out)
+
+
+async def apply_in_steps(
+    conn: AsyncConnection, transitions: Sequence[SessionTransition], out: AppliedTransitions | None = None
+) -> AppliedTransitions:
+    """The general path: the sessions locked and read, then their new state and history, their
+    kernels' moves and any replacements, decided here between the statements."""
+    out = out if out is not None else AppliedTransitions()
     rows = (await conn.execute(_LOCK, {"ids": [t.session_id for t in transitions]})).all()
     owners = {r.id: str(r.user_id) for r in rows}
     replicas = {r.id for r in rows if r.deployment_id is not None}
@@ -144,9 +162,7 @@ async def apply_session_transitions(
         status, info, attempts = state
         if status not in t.expected:
             out.stale.append(t.session_id)
-            history_rows.append(
-                _history(t, status, status, f"stale: expected {sorted(t.expected)}, found {status}", now)
-            )
+            history_rows.append(_history(t, status, status, _stale(t, status), now))
             continue
         target = t.to_status or status
         new_info: SessionStatusInfo = {**info, **(t.status_info or {})}
@@ -190,14 +206,7 @@ async def apply_session_transitions(
             kernel_moves.setdefault((t.kernel_to, t.kernel_expected), []).append(t.session_id)
         # Cache the new state so two transitions of one session in a batch chain correctly.
         current[t.session_id] = (target, new_info, new_attempts)
-    inserts, merges = await _history_plan(conn, history_rows)
-    if session_rows or inserts:
-        await conn.execute(
-            _WRITE,
-            {"sessions": json.dumps(_final(session_rows)), "history": json.dumps(inserts, default=str)},
-        )
-    if merges:
-        await conn.execute(_MERGE, [{**m, "b_now": now} for m in merges])
+    await _write_history(conn, history_rows, session_rows, now)
     for (kernel_to, kernel_expected), session_ids in kernel_moves.items():
         await move_kernels_of_sessions(
             conn, session_ids, kernel_expected, kernel_to, source="session", now=now
@@ -205,6 +214,28 @@ async def apply_session_transitions(
     if replaced:
         await _replace_kernels(conn, {sid: shapes[sid] for sid in replaced})
     return out
+
+
+def _stale(t: SessionTransition, found: SessionStatus) -> str:
+    return f"stale: expected {sorted(t.expected)}, found {found}"
+
+
+async def _write_history(
+    conn: AsyncConnection,
+    history_rows: list[dict[str, Any]],
+    session_rows: Sequence[dict[str, Any]] = (),
+    now: dt.datetime | None = None,
+) -> None:
+    """The sessions' new state and their history rows, merging a repeated run into its session's
+    latest row (`_history_plan`)."""
+    inserts, merges = await _history_plan(conn, history_rows)
+    if session_rows or inserts:
+        await conn.execute(
+            _WRITE,
+            {"sessions": json.dumps(_final(list(session_rows))), "history": json.dumps(inserts, default=str)},
+        )
+    if merges:
+        await conn.execute(_MERGE, [{**m, "b_now": now or dt.datetime.now(dt.UTC)} for m in merges])
 
 
 async def _kernel_ids(

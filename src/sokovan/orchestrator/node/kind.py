@@ -64,6 +64,9 @@ class NodeKind:
             changes.append(NodeChange(transition))
         return changes
 
+    def one_statement(self, changes: Sequence[NodeChange]) -> bool:
+        return False
+
     async def write(self, conn: AsyncConnection, changes: Sequence[NodeChange]) -> Applied:
         applied = await apply_agent_transitions(conn, [c.transition for c in changes])
         # Agents leaving placement or ending kernels are the sessions' business.

@@ -15,6 +15,7 @@ from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.schedule.handler import SessionHandler, SessionResultT
 from sokovan.orchestrator.schedule.judgement import judge, phase_timeout
 from sokovan.orchestrator.spine.coordinator import Applied
+from sokovan.state.session_moves import moves_only
 from sokovan.state.session_queries import PlacementWindow
 from sokovan.state.session_reads import SessionWithKernels, fetch_sessions
 from sokovan.state.session_writes import SessionTransition, apply_session_transitions
@@ -71,6 +72,9 @@ class SessionKind:
         now: dt.datetime,
     ) -> list[SessionTransition]:
         return [_table_extras(handler, t) for t in judge(handler, result, rows, self._config, now)]
+
+    def one_statement(self, changes: Sequence[SessionTransition]) -> bool:
+        return moves_only(changes)
 
     async def write(self, conn: AsyncConnection, changes: Sequence[SessionTransition]) -> Applied:
         applied = await apply_session_transitions(conn, changes)

@@ -140,6 +140,9 @@ class OutcomeKind(Generic[RowT, StatusT]):
             add(eid, HandlerOutcome.STALE, table.stale, message)
         return out
 
+    def one_statement(self, changes: Sequence[OutcomeChange[RowT]]) -> bool:
+        return False
+
     async def write(self, conn: AsyncConnection, changes: Sequence[OutcomeChange[RowT]]) -> Applied:
         applied = await apply_entity_transitions(conn, self._table, [c.transition for c in changes])
         rows = {c.row.id: c.row for c in changes}

@@ -1,0 +1,166 @@
+"""A batch of hand-offs written in one statement: the common case of `session_writes`.
+
+Every hand-off of a session from one lane to the next (PENDING→SCHEDULED, SCHEDULED→PREPARING,
+…, and the promotions the agents' events complete) moves each session of its batch once, to a
+status it did not expect to find it in, and sweeps its kernels along. Such a batch needs nothing
+from the sessions' rows before it writes them: the compare-and-set, the status_info merge, the
+history rows and the kernels' moves (locked in id order, as every kernel writer does) are one
+statement, so one round trip, and on a connection without a transaction no BEGIN and COMMIT
+either (a single statement is its own transaction). Anything else (a transition that may leave
+the status as it was, so its history may merge into the latest row; two transitions of one
+session; a requeue that replaces kernels) takes the general path of `session_writes`.
+
+Sessions found in a status the transition did not expect are stale, as on the general path: they
+are left alone and their history row (which may merge into the latest, `history_rows`) is written
+after the statement.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from sokovan.common.types import KernelStatus, SessionStatus
+
+if TYPE_CHECKING:
+    from sokovan.state.session_writes import AppliedTransitions, SessionTransition
+
+_TERMINAL = sorted(s.value for s in SessionStatus.terminal())
+
+
+def moves_only(transitions: Sequence[SessionTransition]) -> bool:
+    """Whether `transitions` is a batch of hand-offs: each session once, each to a status outside
+    those it expects (so an applied transition always changes the status), nothing replaced."""
+    ids = {t.session_id for t in transitions}
+    return len(ids) == len(transitions) and all(
+        t.to_status is not None and t.to_status not in t.expected and not t.replace_kernels
+        for t in transitions
+    )
+
+
+def _row(t: SessionTransition, waiting_keys: Sequence[str]) -> dict[str, Any]:
+    assert t.to_status is not None
+    patch = dict(t.status_info or {})
+    # As on the general path: leaving PENDING drops what only a waiting session carries (unless
+    # the transition sets it), then `drop_info` goes whatever the patch said.
+    strip = [k for k in waiting_keys if k not in patch] if t.to_status != SessionStatus.PENDING else []
+    kernel_to = t.kernel_to
+    return {
+        "id": str(t.session_id),
+        "expected": sorted(s.value for s in t.expected),
+        "to_status": t.to_status.value,
+        "terminal": t.to_status.is_terminal,
+        "patch": patch,
+        "strip": strip + sorted(t.drop_info),
+        "result": t.session_result.value if t.session_result else None,
+        "set_result": t.session_result is not None,
+        "handler": t.handler,
+        "outcome": t.result.value,
+        "message": t.message,
+        "attempt": t.attempt,
+        "kernel_to": kernel_to.value if kernel_to is not None else None,
+        "kernel_expected": sorted(s.value for s in t.kernel_expected),
+        "kernel_ended": kernel_to is not None and kernel_to.is_terminal,
+        "kernel_queued": kernel_to == KernelStatus.PENDING,
+    }
+
+
+# The batch `v` (one row per session, in the callers' order); the sessions locked in id order and
+# read as they are now (`cur`: under READ COMMITTED a lock waits for a concurrent writer and then
+# reads its version, which the UPDATE then also works on); the moves of those in an expected
+# status, with their history; their kernels locked in id order and moved, with theirs. What it
+# returns is each session found: where it was, whether it moved, its owner and deployment.
+_MOVE = text(
+    """
+    WITH v AS (
+        SELECT * FROM ROWS FROM (jsonb_to_recordset(CAST(:batch AS jsonb)) AS (
+            id uuid, expected text[], to_status text, terminal bool, patch jsonb, strip text[],
+            result text, set_result bool, handler text, outcome text, message text, attempt int,
+            kernel_to text, kernel_expected text[], kernel_ended bool, kernel_queued bool
+        )) WITH ORDINALITY AS v
+    ), cur AS MATERIALIZED (
+        SELECT s.id, s.status, s.user_id, s.deployment_id FROM sessions s
+        WHERE s.id IN (SELECT id FROM v)
+        ORDER BY s.id
+        FOR NO KEY UPDATE
+    ), moved AS (
+        UPDATE sessions AS s SET
+            status = v.to_status,
+            status_info = (s.status_info || v.patch) - v.strip,
+            phase_attempts = 0,
+            status_changed_at = :now,
+            terminated_at = CASE
+                WHEN v.terminal AND NOT (cur.status = ANY(CAST(:terminal AS text[])))
+                THEN coalesce(s.terminated_at, :now) ELSE s.terminated_at END,
+            result = CASE WHEN v.set_result THEN v.result ELSE s.result END
+        FROM v JOIN cur ON cur.id = v.id
+        WHERE s.id = v.id AND cur.status = ANY(v.expected) AND s.status = cur.status
+        RETURNING s.id, cur.status AS from_status
+    ), history AS (
+        INSERT INTO session_scheduling_history
+            (session_id, handler, result, from_status, to_status, message, attempt, created_at)
+        SELECT v.id, v.handler, v.outcome, m.from_status, v.to_status, v.message, v.attempt, :now
+        FROM v JOIN moved m ON m.id = v.id
+        ORDER BY v.ordinality
+    ), klocked AS MATERIALIZED (
+        SELECT k.id FROM kernels k JOIN v ON v.id = k.session_id
+        WHERE v.kernel_to IS NOT NULL AND k.status = ANY(v.kernel_expected)
+          AND k.session_id IN (SELECT id FROM moved)
+        ORDER BY k.id
+        FOR NO KEY UPDATE OF k
+    ), kmoved AS (
+        UPDATE kernels AS k SET
+            status = v.kernel_to,
+            status_changed_at = :now,
+            terminated_at = CASE WHEN v.kernel_ended THEN coalesce(k.terminated_at, :now)
+                                 ELSE k.terminated_at END,
+            agent_id = CASE WHEN v.kernel_queued THEN NULL ELSE k.agent_id END
+        FROM klocked, v
+        WHERE k.id = klocked.id AND v.id = k.session_id AND k.status = ANY(v.kernel_expected)
+        RETURNING k.id, k.session_id, v.kernel_to
+    ), khistory AS (
+        INSERT INTO kernel_scheduling_history
+            (kernel_id, session_id, source, from_status, to_status, message, created_at)
+        SELECT id, session_id, 'session', NULL, kernel_to, NULL, :now FROM kmoved ORDER BY id
+    )
+    SELECT cur.id, cur.status, cur.user_id, cur.deployment_id, m.id IS NOT NULL AS moved
+    FROM cur LEFT JOIN moved m ON m.id = cur.id
+    """
+)
+
+
+async def apply_moves(
+    conn: AsyncConnection,
+    transitions: Sequence[SessionTransition],
+    out: AppliedTransitions,
+    waiting_keys: Sequence[str],
+) -> list[tuple[SessionTransition, SessionStatus]]:
+    """Write a batch of hand-offs (`moves_only`) in one statement, filling `out`; returns the stale
+    transitions with the status each session was found in, whose history the caller writes."""
+    now = dt.datetime.now(dt.UTC)
+    batch = json.dumps([_row(t, waiting_keys) for t in transitions])
+    rows = (await conn.execute(_MOVE, {"batch": batch, "now": now, "terminal": _TERMINAL})).all()
+    found: dict[uuid.UUID, Any] = {r.id: r for r in rows}
+    stale: list[tuple[SessionTransition, SessionStatus]] = []
+    for t in transitions:
+        row = found.get(t.session_id)
+        if row is None:
+            continue  # gone: as on the general path, nothing to record
+        status = SessionStatus(row.status)
+        if not row.moved:
+            out.stale.append(t.session_id)
+            stale.append((t, status))
+            continue
+        assert t.to_status is not None
+        out.applied.append(t.session_id)
+        out.moved[t.session_id] = (status, t.to_status)
+        out.owners[t.session_id] = str(row.user_id)
+        if row.deployment_id is not None:
+            out.replicas_moved.add(t.session_id)
+    return stale
