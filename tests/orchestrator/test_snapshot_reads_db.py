@@ -1,16 +1,20 @@
 """A placement cycle's picture of the cluster is read in a fixed handful of statements: the owners'
 policies with their active sessions, the projects' and domains' quotas together, every agent's
 occupancy (slots and kernel count) in one, and, for a fleet unchanged since the last cycle, one
-statement for the agents."""
+statement for the agents. Given an engine for them, the statements that do not depend on each
+other run at once, each on a connection of its own, and read the same picture."""
 
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
-from sqlalchemy import update
+import pytest
+from sqlalchemy import event, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.common.types import SessionStatus
+from sokovan.db.engine import autocommit
 from sokovan.db.models import Domain, Project
 from sokovan.orchestrator.provisioner.loader import load_snapshots
 from sokovan.state.session_reads import fetch_sessions
@@ -18,7 +22,10 @@ from tests.orchestrator.db_seed import Seed
 from tests.support import statements_sent
 
 
-async def test_a_cycles_snapshot_is_six_statements_and_holds_what_the_tables_say(engine: AsyncEngine) -> None:
+@pytest.mark.parametrize("at_once", [False, True])
+async def test_a_cycles_snapshot_is_seven_statements_and_holds_what_the_tables_say(
+    engine: AsyncEngine, at_once: bool
+) -> None:
     seed = await Seed(engine).tenancy()
     await seed.agent("a1", cpu=8)
     await seed.agent("a2", cpu=8)
@@ -29,13 +36,25 @@ async def test_a_cycles_snapshot_is_six_statements_and_holds_what_the_tables_say
     async with engine.begin() as conn:
         await conn.execute(update(Project).values(total_resource_slots={"cpu": "10"}))
         await conn.execute(update(Domain).values(total_resource_slots={"cpu": "20"}))
+    reads = autocommit(engine) if at_once else None
+    connections: set[int] = set()
+
+    def seen(conn: Any, *_: Any) -> None:
+        connections.add(id(conn.connection.dbapi_connection))
+
     async with engine.connect() as conn:
         pending = await fetch_sessions(conn, frozenset({SessionStatus.PENDING}))
-        await load_snapshots(conn, pending)  # the fleet's capacity is parsed once
-        with statements_sent(engine) as sent:
-            snapshot = (await load_snapshots(conn, pending))["default"]
+        await load_snapshots(conn, pending, reads=reads)  # the fleet's capacity is parsed once
+        event.listen(engine.sync_engine, "before_cursor_execute", seen)
+        try:
+            with statements_sent(engine) as sent:
+                snapshot = (await load_snapshots(conn, pending, reads=reads))["default"]
+        finally:
+            event.remove(engine.sync_engine, "before_cursor_execute", seen)
     # keypairs, quotas, usage (there are quotas), occupancy, agents, the group, nominations
     assert len(sent) == 7, sent
+    # At once: the five first reads on five connections (then usage and nominations on two of them).
+    assert len(connections) == (5 if at_once else 1)
     agents = {a.id: a for a in snapshot.agents}
     assert agents["a1"].occupied == {"cpu": Decimal(4), "mem": Decimal(3 * 2**30)}
     assert agents["a1"].kernel_count == 3

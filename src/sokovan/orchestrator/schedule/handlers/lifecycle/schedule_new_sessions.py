@@ -20,6 +20,7 @@ from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
 from sokovan.common.metrics import PREEMPTIONS, SESSION_TRANSITIONS
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.config.cluster import Phase
+from sokovan.db.engine import autocommit
 from sokovan.orchestrator.provisioner import registry
 from sokovan.orchestrator.provisioner.allocator import RepositoryAllocator
 from sokovan.orchestrator.provisioner.build import provisioner_for
@@ -58,6 +59,7 @@ class ScheduleNewSessions(SessionHandler):
         wake: Callable[[], None] | None = None,
     ) -> None:
         self._engine = engine
+        self._reads: AsyncEngine | None = None  # the snapshot's reads, at once (`load_snapshots`)
         self._allocator = allocator or RepositoryAllocator()
         self._events = events
         self._wake = wake or (lambda: None)
@@ -74,7 +76,9 @@ class ScheduleNewSessions(SessionHandler):
             return result
         events: list[UserEvent] = []
         async with self._engine.begin() as conn:
-            snapshots = await load_snapshots(conn, [s for group in by_sg.values() for s in group])
+            waiting = [s for group in by_sg.values() for s in group]
+            self._reads = self._reads or autocommit(self._engine)
+            snapshots = await load_snapshots(conn, waiting, reads=self._reads)
             for sg_name, sessions in by_sg.items():
                 snapshot = snapshots.get(sg_name)
                 if snapshot is None:

@@ -1,0 +1,138 @@
+"""The owners' side of a placement snapshot: keypair policies and active-session counts, project
+and domain quotas, the usage those quotas are charged against, and the states of the sessions
+that pending ones depend on. Each function is one Core statement filling the cycle's `Tenancy`."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import Numeric, cast, func, literal_column, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from sokovan.common.slots import ResourceSlots
+from sokovan.common.types import SessionStatus
+from sokovan.db.models import Kernel, Session
+from sokovan.orchestrator.provisioner.snapshot import KeypairPolicy, Tenancy
+from sokovan.state.occupancy import slot_holding
+from sokovan.state.quota import quota_of
+
+_ACTIVE = [s.value for s in SessionStatus.non_terminal() - {SessionStatus.PENDING}]
+
+
+# The keypairs' policies with their owners' active-session counts.
+_KEYPAIRS = text(
+    """
+    SELECT kp.access_key, p.name, p.total_resource_slots, p.default_for_unspecified,
+           p.max_concurrent_sessions, p.max_pending_sessions, a.n
+    FROM keypairs kp
+    LEFT JOIN keypair_resource_policies p ON p.name = kp.resource_policy
+    LEFT JOIN (
+        SELECT access_key, count(*) AS n FROM sessions
+        WHERE access_key = ANY(CAST(:keys AS text[])) AND status = ANY(CAST(:active AS text[]))
+        GROUP BY access_key
+    ) a ON a.access_key = kp.access_key
+    WHERE kp.access_key = ANY(CAST(:keys AS text[]))
+    """
+)
+
+# The projects' and the domains' quotas.
+_SCOPES = text(
+    """
+    SELECT 'project' AS scope, CAST(id AS text) AS key, name, total_resource_slots,
+           default_for_unspecified
+    FROM projects WHERE id = ANY(CAST(:projects AS uuid[]))
+    UNION ALL
+    SELECT 'domain', name, name, total_resource_slots, default_for_unspecified
+    FROM domains WHERE name = ANY(CAST(:domains AS text[]))
+    """
+)
+
+
+async def load_keypairs(conn: AsyncConnection, tenancy: Tenancy, keys: Sequence[str]) -> None:
+    """The owners' policies, with their active-session counts, in one statement."""
+    rows = await conn.execute(_KEYPAIRS, {"keys": list(keys), "active": _ACTIVE})
+    for access_key, name, total, default, max_concurrent, max_pending, n in rows:
+        if n:
+            tenancy.active_sessions[access_key] = int(n)
+        if name is None:
+            tenancy.keypairs[access_key] = KeypairPolicy()
+            continue
+        tenancy.keypairs[access_key] = KeypairPolicy(
+            name=name,
+            quota=quota_of(f"keypair policy {name!r}", total, default),
+            max_concurrent_sessions=max_concurrent,
+            max_pending_sessions=max_pending,
+        )
+
+
+async def load_scopes(
+    conn: AsyncConnection, tenancy: Tenancy, projects: Sequence[uuid.UUID], domains: Sequence[str]
+) -> None:
+    """The projects' and domains' quotas in one statement."""
+    rows = await conn.execute(_SCOPES, {"projects": list(projects), "domains": list(domains)})
+    for scope, key, name, total, default in rows:
+        quota = quota_of(f"{scope} {name!r}", total, default)
+        if quota is None:
+            continue
+        if scope == "project":
+            tenancy.project_quotas[uuid.UUID(key)] = quota
+        else:
+            tenancy.domain_quotas[key] = quota
+
+
+async def load_dependencies(conn: AsyncConnection, tenancy: Tenancy, ids: Sequence[uuid.UUID]) -> None:
+    for sid, status, result in await conn.execute(
+        select(Session.id, Session.status, Session.result).where(Session.id.in_(ids))
+    ):
+        tenancy.dependencies[sid] = (status, result)
+
+
+def slot_usage_query(*group: Any) -> Any:
+    """Slots held by placed, live kernels, summed per `group` columns and slot name."""
+    slot = func.jsonb_each_text(Kernel.occupied_slots).table_valued("key", "value").alias("slot")
+    return (
+        select(*group, slot.c.key, func.sum(cast(slot.c.value, Numeric)))
+        .select_from(Kernel)
+        .join(Session, Session.id == Kernel.session_id)
+        .join(slot, literal_column("true"))
+        .where(Kernel.agent_id.is_not(None), Kernel.status.in_(slot_holding()))
+        .group_by(*group, slot.c.key)
+    )
+
+
+# Slots held by placed, live kernels of the owners', projects' and domains' sessions.
+_USAGE = text(
+    """
+    SELECT s.access_key, s.project_id, s.domain_name, slot.key, sum(CAST(slot.value AS numeric))
+    FROM kernels k
+    JOIN sessions s ON s.id = k.session_id
+    CROSS JOIN LATERAL jsonb_each_text(k.occupied_slots) AS slot(key, value)
+    WHERE k.agent_id IS NOT NULL AND k.status = ANY(CAST(:live AS text[]))
+      AND (s.access_key = ANY(CAST(:keys AS text[])) OR s.project_id = ANY(CAST(:projects AS uuid[]))
+           OR s.domain_name = ANY(CAST(:domains AS text[])))
+    GROUP BY s.access_key, s.project_id, s.domain_name, slot.key
+    """
+)
+
+
+async def load_usage(
+    conn: AsyncConnection,
+    t: Tenancy,
+    keys: Iterable[str],
+    projects: Iterable[uuid.UUID],
+    domains: Iterable[str],
+) -> None:
+    params = {
+        "live": slot_holding(),
+        "keys": list(keys),
+        "projects": list(projects),
+        "domains": list(domains),
+    }
+    for access_key, project_id, domain, key, total in await conn.execute(_USAGE, params):
+        amount = ResourceSlots({key: Decimal(total)})
+        t.keypair_usage[access_key] = t.keypair_usage[access_key] + amount
+        t.project_usage[project_id] = t.project_usage[project_id] + amount
+        t.domain_usage[domain] = t.domain_usage[domain] + amount
