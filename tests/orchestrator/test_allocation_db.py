@@ -20,6 +20,7 @@ from sokovan.orchestrator.schedule.coordinator import ScheduleCoordinator
 from sokovan.orchestrator.schedule.handlers.lifecycle.schedule_new_sessions import ScheduleNewSessions
 from sokovan.state.session_reads import fetch_sessions
 from tests.orchestrator.db_seed import Seed
+from tests.support import statements_sent
 
 
 async def invariants(engine: AsyncEngine) -> list[str]:
@@ -160,3 +161,26 @@ async def test_failed_dependency_cancels_the_dependent(engine: AsyncEngine) -> N
     assert rows[waits].status == "PENDING"
     assert rows[waits].status_info["pending_reason"] == f"waiting for dependencies: {running} (RUNNING)"
     assert rows[ok].status == "SCHEDULED"
+
+
+async def test_a_plan_that_fits_is_bound_in_two_statements(engine: AsyncEngine) -> None:
+    """The agents locked, then the whole plan bound by one statement that checks it fits."""
+    seed = await Seed(engine).tenancy()
+    for name in ("a1", "a2"):
+        await seed.agent(name, cpu=4)
+    for _ in range(6):
+        await seed.session(cpu=1, size=2)
+    async with engine.connect() as conn:
+        pending = await fetch_sessions(conn, frozenset({SessionStatus.PENDING}))
+        snap = (await load_snapshots(conn, pending))["default"]
+    plan = provisioner_for(snap).plan(pending, snap)
+    assert len(plan.placements) == 4  # 2 agents x 4 cpu, 2 kernels of 1 cpu each
+    with statements_sent(engine) as sent:
+        async with engine.begin() as conn:
+            committed, conflicts = await RepositoryAllocator().allocate(conn, plan)
+    assert len(sent) == 2 and conflicts == {}
+    assert sorted(committed) == sorted(p.session_id for p in plan.placements)
+    async with engine.connect() as conn:
+        placed = await conn.scalar(select(func.count()).where(Kernel.agent_id.is_not(None)))
+    assert placed == 8
+    assert await invariants(engine) == []

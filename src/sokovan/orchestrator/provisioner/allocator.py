@@ -1,12 +1,13 @@
 """Commits a plan in one transaction whose SQL refuses any agent going past its capacity.
 
-The agents of the plan are locked (in id order, so concurrent allocators cannot deadlock) and
-the whole plan is bound in one statement inside a savepoint: a kernel is bound only if it is
-still PENDING and unplaced. One query then checks, in SQL, that no touched agent holds more than
-its capacity or kernel limit. If a kernel was taken by someone else or an agent is overfull
-(another manager placed meanwhile), the savepoint is rolled back and the plan is replayed
-session by session, each in its own savepoint, so that only the sessions that conflict are left
-for the next cycle.
+The agents of the plan are locked (in id order, so concurrent allocators cannot deadlock); then
+one statement binds the whole plan only if it fits: every kernel still PENDING and unplaced, and
+no touched agent, with the plan's kernels counted in, past its capacity or kernel limit (read
+after the lock, so whatever another allocator bound to these agents is counted). If a kernel was
+taken by someone else or an agent would be overfull (another manager placed meanwhile), nothing is
+bound and the plan is replayed session by session with the same statement, so that only the
+sessions that conflict are left for the next cycle. Four round trips for a plan that fits: BEGIN,
+the lock, the bind, COMMIT.
 """
 
 from __future__ import annotations
@@ -14,45 +15,57 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import select, text, update
+from sqlalchemy import text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.types import AgentStatus, KernelStatus
-from sokovan.db.among import among
-from sokovan.db.models import Agent, ScalingGroup
+from sokovan.db.models import ScalingGroup
 from sokovan.orchestrator.provisioner.reasons import PLACED_MEANWHILE, filled_up
 from sokovan.orchestrator.provisioner.snapshot import Placement, Plan
 from sokovan.state.occupancy import slot_holding
 
-_OVERFULL = text(
+_LOCK = text("SELECT id FROM agents WHERE id = ANY(CAST(:agents AS text[])) ORDER BY id FOR UPDATE")
+
+# The kernels to bind that are still free (locked), what the touched agents would hold with them,
+# the agents that would be past their room, and the bind itself only when all are free and none is.
+_BIND_IF_FITS = text(
     """
-    WITH used AS (
-        SELECT k.agent_id, s.key, sum(s.value::numeric) AS amount
-        FROM kernels k CROSS JOIN LATERAL jsonb_each_text(k.occupied_slots) AS s(key, value)
-        WHERE k.agent_id = ANY(:agents) AND k.status = ANY(:live)
-        GROUP BY k.agent_id, s.key
+    WITH v AS (
+        SELECT unnest(CAST(:kernels AS uuid[])) AS kernel, unnest(CAST(:targets AS text[])) AS agent
+    ), free AS MATERIALIZED (
+        SELECT k.id, v.agent, k.occupied_slots FROM kernels k JOIN v ON v.kernel = k.id
+        WHERE k.status = :pending AND k.agent_id IS NULL
+        ORDER BY k.id
+        FOR NO KEY UPDATE OF k
+    ), live AS (
+        SELECT k.agent_id, k.occupied_slots FROM kernels k
+        WHERE k.agent_id = ANY(CAST(:agents AS text[])) AND k.status = ANY(CAST(:live AS text[]))
+        UNION ALL
+        SELECT agent, occupied_slots FROM free
+    ), used AS (
+        SELECT l.agent_id, s.key, sum(s.value::numeric) AS amount
+        FROM live l CROSS JOIN LATERAL jsonb_each_text(l.occupied_slots) AS s(key, value)
+        GROUP BY l.agent_id, s.key
     ), counts AS (
-        SELECT k.agent_id, count(*) AS n FROM kernels k
-        WHERE k.agent_id = ANY(:agents) AND k.status = ANY(:live)
-        GROUP BY k.agent_id
+        SELECT agent_id, count(*) AS n FROM live GROUP BY agent_id
+    ), overfull AS (
+        SELECT a.id FROM agents a
+        WHERE a.id = ANY(CAST(:agents AS text[])) AND (
+            a.status <> :ready OR NOT a.schedulable
+            OR EXISTS (SELECT 1 FROM used u WHERE u.agent_id = a.id
+                       AND u.amount > COALESCE((a.available_slots ->> u.key)::numeric, 0))
+            OR EXISTS (SELECT 1 FROM counts c WHERE c.agent_id = a.id AND c.n > a.max_kernels)
+        )
+    ), bound AS (
+        UPDATE kernels AS k SET agent_id = f.agent FROM free f
+        WHERE k.id = f.id
+          AND (SELECT count(*) FROM free) = cardinality(CAST(:kernels AS uuid[]))
+          AND NOT EXISTS (SELECT 1 FROM overfull)
+        RETURNING k.id
     )
-    SELECT a.id FROM agents a
-    WHERE a.id = ANY(:agents) AND (
-        a.status <> :ready OR NOT a.schedulable
-        OR EXISTS (SELECT 1 FROM used u WHERE u.agent_id = a.id
-                   AND u.amount > COALESCE((a.available_slots ->> u.key)::numeric, 0))
-        OR EXISTS (SELECT 1 FROM counts c WHERE c.agent_id = a.id AND c.n > a.max_kernels)
-    )
-    """
-)
-
-
-_BIND = text(
-    """
-    UPDATE kernels AS k SET agent_id = v.agent
-    FROM (SELECT unnest(CAST(:kernels AS uuid[])) AS kernel, unnest(CAST(:agents AS text[])) AS agent) AS v
-    WHERE k.id = v.kernel AND k.status = :pending AND k.agent_id IS NULL
-    RETURNING k.id
+    SELECT (SELECT count(*) FROM free) AS free,
+           (SELECT array_agg(id ORDER BY id) FROM overfull) AS overfull,
+           (SELECT count(*) FROM bound) AS bound
     """
 )
 
@@ -79,15 +92,11 @@ class RepositoryAllocator:
         if not plan.placements:
             return [], {}
         agent_ids = sorted({a for p in plan.placements for a in p.kernels.values()})
-        await conn.execute(
-            select(Agent.id).where(among(Agent.id, agent_ids)).order_by(Agent.id).with_for_update()
-        )
+        await conn.execute(_LOCK, {"agents": agent_ids})
         committed: list[uuid.UUID]
         conflicts: dict[uuid.UUID, str]
         try:
-            async with conn.begin_nested():
-                await self._bind(conn, plan.placements)
-                await self._refuse_overfull(conn, agent_ids)
+            await self._bind(conn, plan.placements, agent_ids)
             committed, conflicts = [p.session_id for p in plan.placements], {}
         except Conflict:
             committed, conflicts = await self._one_by_one(conn, plan.placements)
@@ -105,35 +114,31 @@ class RepositoryAllocator:
         committed: list[uuid.UUID] = []
         conflicts: dict[uuid.UUID, str] = {}
         for placement in placements:
-            agents = sorted(set(placement.kernels.values()))
             try:
-                async with conn.begin_nested():
-                    await self._bind(conn, [placement])
-                    await self._refuse_overfull(conn, agents)
+                await self._bind(conn, [placement], sorted(set(placement.kernels.values())))
                 committed.append(placement.session_id)
             except Conflict as exc:
                 conflicts[placement.session_id] = str(exc)
         return committed, conflicts
 
     @staticmethod
-    async def _bind(conn: AsyncConnection, placements: Sequence[Placement]) -> None:
+    async def _bind(conn: AsyncConnection, placements: Sequence[Placement], agent_ids: list[str]) -> None:
+        """Bind `placements` whole, or nothing (Conflict)."""
         pairs = [(k, a) for p in placements for k, a in p.kernels.items()]
-        bound = await conn.execute(
-            _BIND,
-            {
-                "kernels": [k for k, _ in pairs],
-                "agents": [a for _, a in pairs],
-                "pending": KernelStatus.PENDING.value,
-            },
-        )
-        if len(bound.all()) != len(pairs):
+        row = (
+            await conn.execute(
+                _BIND_IF_FITS,
+                {
+                    "kernels": [k for k, _ in pairs],
+                    "targets": [a for _, a in pairs],
+                    "agents": agent_ids,
+                    "pending": KernelStatus.PENDING.value,
+                    "live": slot_holding(),
+                    "ready": AgentStatus.READY.value,
+                },
+            )
+        ).one()
+        if row.free != len(pairs):
             raise AlreadyPlaced()
-
-    @staticmethod
-    async def _refuse_overfull(conn: AsyncConnection, agent_ids: list[str]) -> None:
-        rows = await conn.execute(
-            _OVERFULL, {"agents": agent_ids, "live": slot_holding(), "ready": AgentStatus.READY.value}
-        )
-        overfull = sorted(r[0] for r in rows)
-        if overfull:
-            raise Overfull(overfull)
+        if row.overfull:
+            raise Overfull(sorted(row.overfull))
