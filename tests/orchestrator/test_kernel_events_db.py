@@ -3,9 +3,10 @@ kernel's own agent."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.common.events import KernelPrepared, KernelPulling, KernelRunning, KernelTerminated
@@ -13,6 +14,7 @@ from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.db.models import Kernel, KernelSchedulingHistory
 from sokovan.state.kernel_events import KernelEventApplier
 from tests.orchestrator.db_seed import Seed, read_column, session_kernel
+from tests.support import statements_sent
 
 
 async def kernel_of(engine: AsyncEngine, sid: uuid.UUID) -> tuple[uuid.UUID, str, int | None]:
@@ -56,3 +58,40 @@ async def test_events_from_another_agent_are_ignored(engine: AsyncEngine) -> Non
     stray = KernelTerminated(agent_id="a2", kernel_id=str(kid), session_id=str(sid), exit_code=0)
     assert await KernelEventApplier(engine).apply_many([stray]) == []
     assert (await kernel_of(engine, sid))[1] == "RUNNING"
+
+
+async def test_a_round_of_events_is_one_statement_of_its_own(engine: AsyncEngine) -> None:
+    """Events of many kernels, one each, are one statement (run with no transaction around it)."""
+    seed = await Seed(engine).tenancy()
+    await seed.agent("a1", cpu=64)
+    sids = [
+        await seed.session(status=SessionStatus.CREATING, kernel_status=KernelStatus.CREATING, agent_id="a1")
+        for _ in range(5)
+    ]
+    kids = [(await kernel_of(engine, sid))[0] for sid in sids]
+    events = [
+        KernelRunning(agent_id="a1", kernel_id=str(k), session_id=str(s))
+        for k, s in zip(kids, sids, strict=True)
+    ]
+    with statements_sent(engine) as sent:
+        moved = await KernelEventApplier(engine).apply_many(events)
+    assert len(sent) == 1
+    assert [m.kernel_id for m in moved] == kids and {m.from_status for m in moved} == {"CREATING"}
+    assert [(await kernel_of(engine, sid))[1] for sid in sids] == ["RUNNING"] * 5
+
+
+async def test_an_event_waits_for_a_concurrent_writer_and_judges_what_it_left(engine: AsyncEngine) -> None:
+    seed = await Seed(engine).tenancy()
+    await seed.agent("a1")
+    sid = await seed.session(status=SessionStatus.RUNNING, kernel_status=KernelStatus.RUNNING, agent_id="a1")
+    kid, _, _ = await kernel_of(engine, sid)
+    ev = {"agent_id": "a1", "kernel_id": str(kid), "session_id": str(sid)}
+    async with engine.begin() as first:
+        await first.execute(update(Kernel).where(Kernel.id == kid).values(status="TERMINATED", exit_code=3))
+        late = asyncio.create_task(
+            KernelEventApplier(engine).apply_many([KernelTerminated(exit_code=0, **ev)])
+        )
+        await asyncio.sleep(0.3)
+        assert not late.done()  # waiting for the first writer's lock
+    assert await late == []  # TERMINATED already: nothing moves, the first writer's exit code stays
+    assert (await kernel_of(engine, sid))[1:] == ("TERMINATED", 3)

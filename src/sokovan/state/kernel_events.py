@@ -19,6 +19,7 @@ from sokovan.common.events import (
     KernelTerminated,
 )
 from sokovan.common.types import FailureCause, KernelStatus
+from sokovan.db.engine import autocommit
 from sokovan.state.kernel_writes import KernelMove, KernelTransition, apply_kernel_transitions
 
 K = KernelStatus
@@ -103,23 +104,28 @@ def transition_for(event: KernelEvent) -> KernelTransition | None:
 class KernelEventApplier:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
+        self._reads = autocommit(engine)
 
     async def apply(self, event: KernelEvent) -> bool:
         """True when the event moved its kernel."""
         return bool(await self.apply_many([event]))
 
     async def apply_many(self, events: Sequence[KernelEvent]) -> list[KernelMove]:
-        """Apply a batch in one transaction; returns the kernels that moved.
+        """Apply a batch at once; returns the kernels that moved.
 
         Events of one kernel apply in their order: the batch is cut into rounds holding at most
-        one event per kernel, and each round is a few set-based statements.
+        one event per kernel, and each round is one statement; several rounds share a transaction.
         """
         transitions = _coalesce([t for t in map(transition_for, events) if t is not None])
         if not transitions:
             return []
+        rounds = _rounds(transitions)
+        if len(rounds) == 1:  # one statement: no transaction around it (no BEGIN and COMMIT)
+            async with self._reads.connect() as conn:
+                return await apply_kernel_transitions(conn, rounds[0])
         moved: list[KernelMove] = []
         async with self._engine.begin() as conn:
-            for round_ in _rounds(transitions):
+            for round_ in rounds:
                 moved += await apply_kernel_transitions(conn, round_)
         return moved
 

@@ -8,18 +8,17 @@ in id order by every writer, so two writers never deadlock on the same kernels.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import String, TextClause, bindparam, func, insert, select, text, update
+from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.bus.user_events import UserEvent
 from sokovan.common.types import KernelStatus
-from sokovan.db.among import among_bound
-from sokovan.db.models import Kernel, KernelSchedulingHistory, Session
 
 
 async def move_kernels_of_sessions(
@@ -125,35 +124,47 @@ class KernelMove:
         )
 
 
-# The kernels of a batch with their sessions' owners, locked in id order (FOR NO KEY UPDATE: FK
-# checks may still pass), and the move of one of them (an executemany): both built once.
-_LOCK = (
-    select(
-        Kernel.id,
-        Kernel.status,
-        Kernel.session_id,
-        Kernel.status_info,
-        Kernel.agent_id,
-        Kernel.exit_code,
-        Session.user_id,
+# One statement for a batch (at most one transition per kernel): the kernels locked in id order
+# with their sessions' owners (FOR NO KEY UPDATE: FK checks may still pass), as they are now (a
+# lock waits for a concurrent writer, then reads its version, which the UPDATE also works on);
+# those still in an expected status (and on the agent that reported, where one is named) moved,
+# with their history rows in the batch's order. It returns every kernel found and whether it moved.
+_APPLY = text(
+    """
+    WITH v AS (
+        SELECT * FROM ROWS FROM (jsonb_to_recordset(CAST(:batch AS jsonb)) AS (
+            id uuid, expected text[], to_status text, agent text, exit_code int, info jsonb,
+            terminal bool, addr text, source text, message text
+        )) WITH ORDINALITY AS v
+    ), cur AS MATERIALIZED (
+        SELECT k.id, k.status, k.session_id, k.agent_id, s.user_id
+        FROM kernels k JOIN sessions s ON s.id = k.session_id
+        WHERE k.id IN (SELECT id FROM v)
+        ORDER BY k.id
+        FOR NO KEY UPDATE OF k
+    ), moved AS (
+        UPDATE kernels AS k SET
+            status = v.to_status,
+            status_changed_at = :now,
+            status_info = coalesce(k.status_info, '{}'::jsonb) || coalesce(v.info, '{}'::jsonb),
+            exit_code = coalesce(v.exit_code, k.exit_code),
+            terminated_at = coalesce(
+                k.terminated_at, CASE WHEN v.terminal THEN CAST(:now AS timestamptz) END),
+            service_addr = coalesce(v.addr, k.service_addr)
+        FROM v JOIN cur ON cur.id = v.id
+        WHERE k.id = v.id AND k.status = cur.status AND cur.status = ANY(v.expected)
+          AND (v.agent IS NULL OR cur.agent_id = v.agent)
+        RETURNING k.id
+    ), written AS (
+        INSERT INTO kernel_scheduling_history
+            (kernel_id, session_id, source, from_status, to_status, message, created_at)
+        SELECT v.id, cur.session_id, v.source, cur.status, v.to_status, v.message, :now
+        FROM v JOIN cur ON cur.id = v.id JOIN moved m ON m.id = v.id
+        ORDER BY v.ordinality
     )
-    .join(Session, Session.id == Kernel.session_id)
-    .where(among_bound(Kernel.id))
-    .order_by(Kernel.id)
-    .with_for_update(of=Kernel, key_share=True)
-)
-_MOVE = (
-    update(Kernel)
-    .where(Kernel.id == bindparam("b_id"))
-    .values(
-        status=bindparam("b_status"),
-        status_changed_at=bindparam("b_now"),
-        status_info=bindparam("b_info"),
-        exit_code=bindparam("b_exit"),
-        terminated_at=func.coalesce(Kernel.terminated_at, bindparam("b_terminated")),
-        service_addr=func.coalesce(bindparam("b_addr", type_=String), Kernel.service_addr),
-    )
-    .execution_options(synchronize_session=False)
+    SELECT cur.id, cur.status, cur.session_id, cur.agent_id, cur.user_id, m.id IS NOT NULL AS moved
+    FROM cur LEFT JOIN moved m ON m.id = cur.id
+    """
 )
 
 
@@ -161,50 +172,35 @@ async def apply_kernel_transitions(
     conn: AsyncConnection, transitions: Sequence[KernelTransition]
 ) -> list[KernelMove]:
     """Move kernels that are still where each transition expects them (at most one transition
-    per kernel). Rows are locked in id order, so concurrent batches cannot deadlock on them.
-    Returns the kernels that moved."""
+    per kernel), in one statement: on a connection without a transaction it is one of its own.
+    Rows are locked in id order, so concurrent batches cannot deadlock on them. Returns the
+    kernels that moved."""
     if not transitions:
         return []
-    now = dt.datetime.now(dt.UTC)
-    rows = await conn.execute(_LOCK, {"ids": [t.kernel_id for t in transitions]})
-    current = {r.id: r for r in rows}
-    updates: list[dict[str, Any]] = []
-    history: list[dict[str, Any]] = []
+    batch = [
+        {
+            "id": str(t.kernel_id),
+            "expected": sorted(s.value for s in t.expected),
+            "to_status": t.to_status.value,
+            "agent": t.agent_id,
+            "exit_code": t.exit_code,
+            "info": t.status_info or {},
+            "terminal": t.to_status.is_terminal,
+            "addr": t.service_addr,
+            "source": t.source,
+            "message": t.message,
+        }
+        for t in transitions
+    ]
+    params = {"batch": json.dumps(batch, default=str), "now": dt.datetime.now(dt.UTC)}
+    found = {r.id: r for r in await conn.execute(_APPLY, params)}
     moved: list[KernelMove] = []
     for t in transitions:
-        row = current.get(t.kernel_id)
-        if row is None or KernelStatus(row.status) not in t.expected:
-            continue
-        if t.agent_id is not None and row.agent_id != t.agent_id:
-            continue
-        updates.append(
-            {
-                "b_id": t.kernel_id,
-                "b_status": t.to_status.value,
-                "b_info": {**(row.status_info or {}), **(t.status_info or {})},
-                "b_exit": t.exit_code if t.exit_code is not None else row.exit_code,
-                "b_terminated": now if t.to_status.is_terminal else None,
-                "b_addr": t.service_addr,
-                "b_now": now,
-            }
-        )
-        history.append(
-            {
-                "kernel_id": t.kernel_id,
-                "session_id": row.session_id,
-                "source": t.source,
-                "from_status": row.status,
-                "to_status": t.to_status.value,
-                "message": t.message,
-                "created_at": now,
-            }
-        )
-        moved.append(
-            KernelMove(
-                t.kernel_id, row.session_id, row.agent_id, row.status, t.to_status.value, str(row.user_id)
+        row = found.get(t.kernel_id)
+        if row is not None and row.moved:
+            moved.append(
+                KernelMove(
+                    t.kernel_id, row.session_id, row.agent_id, row.status, t.to_status.value, str(row.user_id)
+                )
             )
-        )
-    if updates:
-        await conn.execute(_MOVE, updates)
-        await conn.execute(insert(KernelSchedulingHistory), history)
     return moved
