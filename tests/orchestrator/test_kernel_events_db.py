@@ -95,3 +95,25 @@ async def test_an_event_waits_for_a_concurrent_writer_and_judges_what_it_left(en
         assert not late.done()  # waiting for the first writer's lock
     assert await late == []  # TERMINATED already: nothing moves, the first writer's exit code stays
     assert (await kernel_of(engine, sid))[1:] == ("TERMINATED", 3)
+
+
+async def test_an_event_that_waited_moves_the_kernel_from_where_the_writer_left_it(
+    engine: AsyncEngine,
+) -> None:
+    """The lane moves the kernel SCHEDULED -> PREPARING and holds its lock while the agent's
+    `prepared` event (which expects PREPARING) arrives: the event waits, then moves it."""
+    seed = await Seed(engine).tenancy()
+    await seed.agent("a1")
+    sid = await seed.session(
+        status=SessionStatus.SCHEDULED, kernel_status=KernelStatus.SCHEDULED, agent_id="a1"
+    )
+    kid, _, _ = await kernel_of(engine, sid)
+    ev = {"agent_id": "a1", "kernel_id": str(kid), "session_id": str(sid)}
+    async with engine.begin() as first:
+        await first.execute(update(Kernel).where(Kernel.id == kid).values(status="PREPARING"))
+        late = asyncio.create_task(KernelEventApplier(engine).apply_many([KernelPrepared(**ev)]))
+        await asyncio.sleep(0.3)
+        assert not late.done()
+    moved = await late
+    assert [(m.from_status, m.to_status) for m in moved] == [("PREPARING", "PREPARED")]
+    assert (await kernel_of(engine, sid))[1] == "PREPARED"

@@ -190,3 +190,39 @@ def test_only_batches_of_moves_take_one_statement() -> None:
     assert not moves_only([SessionTransition(a, frozenset({S.PENDING}), None, "T", SchedulingResult.SKIPPED)])
     assert not moves_only([move(a, {S.PENDING, S.SCHEDULED}, S.SCHEDULED)])
     assert not moves_only([move(a, S.TERMINATING, S.PENDING, replace_kernels=True)])
+
+
+async def test_a_concurrent_writer_that_leaves_an_expected_status_is_followed(engine: AsyncEngine) -> None:
+    """The batch expects the sessions in either of two statuses; another transaction moves them
+    from one to the other while the batch waits on their locks: the batch moves them from where
+    that transaction left them (the case of an agent's event overtaking the lane's own write)."""
+    seed = await Seed(engine).tenancy()
+    await seed.agent("a1", cpu=64)
+    ids = [await seed.session(status=S.SCHEDULED, kernel_status=K.SCHEDULED, agent_id="a1") for _ in range(3)]
+    lane = [move(sid, S.SCHEDULED, S.PREPARING, kernel_to=K.PREPARING, handler="Lane") for sid in ids]
+    events = [
+        move(
+            sid,
+            {S.SCHEDULED, S.PREPARING},
+            S.PREPARED,
+            kernel_to=K.PREPARED,
+            kernel_expected=frozenset({K.PREPARING}),
+            handler="Event",
+        )
+        for sid in ids
+    ]
+    async with engine.begin() as first:
+        await apply_in_steps(first, lane)
+        async with autocommit(engine).connect() as conn:
+            second = asyncio.create_task(apply_session_transitions(conn, events))
+            await asyncio.sleep(0.3)
+            assert not second.done()
+            await first.commit()
+            out = await second
+    assert out.stale == [] and out.moved == {sid: (S.PREPARING, S.PREPARED) for sid in ids}
+    for s, kernels, history, _ in await state(engine, ids):
+        assert s[0] == "PREPARED" and kernels == [("PREPARED", "a1", False)]
+        assert [(h[0], h[2], h[3]) for h in history] == [
+            ("Lane", "SCHEDULED", "PREPARING"),
+            ("Event", "PREPARING", "PREPARED"),
+        ]

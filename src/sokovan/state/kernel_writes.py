@@ -55,18 +55,19 @@ def _shape(to_status: KernelStatus) -> str:
 def _move_statement(extra: str) -> TextClause:
     """One statement, one round trip: lock the kernels in id order (as the agent-event writer
     does: two writers taking the same rows in different orders deadlock, and each deadlock costs a
-    second of detection), move those still in an expected status, and write their history."""
+    second of detection), move those in an expected status, and write their history. The status is
+    judged on what the lock read (see `session_moves`)."""
     return text(
         f"""
         WITH locked AS MATERIALIZED (
-            SELECT id FROM kernels
-            WHERE session_id = ANY(CAST(:sessions AS uuid[])) AND status = ANY(CAST(:expected AS text[]))
+            SELECT id, status FROM kernels
+            WHERE session_id = ANY(CAST(:sessions AS uuid[]))
             ORDER BY id
             FOR NO KEY UPDATE
         ), moved AS (
             UPDATE kernels AS k SET status = :to, status_changed_at = :now{extra}
             FROM locked
-            WHERE k.id = locked.id AND k.status = ANY(CAST(:expected AS text[]))
+            WHERE k.id = locked.id AND locked.status = ANY(CAST(:expected AS text[]))
             RETURNING k.id, k.session_id
         ), written AS (
             INSERT INTO kernel_scheduling_history
@@ -129,6 +130,7 @@ class KernelMove:
 # lock waits for a concurrent writer, then reads its version, which the UPDATE also works on);
 # those still in an expected status (and on the agent that reported, where one is named) moved,
 # with their history rows in the batch's order. It returns every kernel found and whether it moved.
+# The UPDATE judges what the lock read, not the row's own columns (see `session_moves`).
 _APPLY = text(
     """
     WITH v AS (
@@ -152,8 +154,7 @@ _APPLY = text(
                 k.terminated_at, CASE WHEN v.terminal THEN CAST(:now AS timestamptz) END),
             service_addr = coalesce(v.addr, k.service_addr)
         FROM v JOIN cur ON cur.id = v.id
-        WHERE k.id = v.id AND k.status = cur.status AND cur.status = ANY(v.expected)
-          AND (v.agent IS NULL OR cur.agent_id = v.agent)
+        WHERE k.id = v.id AND cur.status = ANY(v.expected) AND (v.agent IS NULL OR cur.agent_id = v.agent)
         RETURNING k.id
     ), written AS (
         INSERT INTO kernel_scheduling_history

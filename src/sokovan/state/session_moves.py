@@ -73,9 +73,14 @@ def _row(t: SessionTransition, waiting_keys: Sequence[str]) -> dict[str, Any]:
 
 # The batch `v` (one row per session, in the callers' order); the sessions locked in id order and
 # read as they are now (`cur`: under READ COMMITTED a lock waits for a concurrent writer and then
-# reads its version, which the UPDATE then also works on); the moves of those in an expected
-# status, with their history; their kernels locked in id order and moved, with theirs. What it
-# returns is each session found: where it was, whether it moved, its owner and deployment.
+# reads its version); the moves of those in an expected status, with their history; their kernels
+# locked in id order, and those in an expected status moved, with theirs. What it returns is
+# each session found: where it was, whether it moved, its owner and deployment.
+#
+# Statuses are judged only on what the locking reads returned, never in their WHERE or the
+# UPDATEs' own: a statement first matches the versions of rows its snapshot sees, which a writer
+# that committed while the lock waited has replaced; a condition on the old version skips the row,
+# while one on the locked version lets PostgreSQL follow the row to its newest version.
 _MOVE = text(
     """
     WITH v AS (
@@ -100,7 +105,7 @@ _MOVE = text(
                 THEN coalesce(s.terminated_at, :now) ELSE s.terminated_at END,
             result = CASE WHEN v.set_result THEN v.result ELSE s.result END
         FROM v JOIN cur ON cur.id = v.id
-        WHERE s.id = v.id AND cur.status = ANY(v.expected) AND s.status = cur.status
+        WHERE s.id = v.id AND cur.status = ANY(v.expected)
         RETURNING s.id, cur.status AS from_status
     ), history AS (
         INSERT INTO session_scheduling_history
@@ -109,9 +114,8 @@ _MOVE = text(
         FROM v JOIN moved m ON m.id = v.id
         ORDER BY v.ordinality
     ), klocked AS MATERIALIZED (
-        SELECT k.id FROM kernels k JOIN v ON v.id = k.session_id
-        WHERE v.kernel_to IS NOT NULL AND k.status = ANY(v.kernel_expected)
-          AND k.session_id IN (SELECT id FROM moved)
+        SELECT k.id, k.status FROM kernels k JOIN v ON v.id = k.session_id
+        WHERE v.kernel_to IS NOT NULL AND k.session_id IN (SELECT id FROM moved)
         ORDER BY k.id
         FOR NO KEY UPDATE OF k
     ), kmoved AS (
@@ -122,7 +126,7 @@ _MOVE = text(
                                  ELSE k.terminated_at END,
             agent_id = CASE WHEN v.kernel_queued THEN NULL ELSE k.agent_id END
         FROM klocked, v
-        WHERE k.id = klocked.id AND v.id = k.session_id AND k.status = ANY(v.kernel_expected)
+        WHERE k.id = klocked.id AND v.id = k.session_id AND klocked.status = ANY(v.kernel_expected)
         RETURNING k.id, k.session_id, v.kernel_to
     ), khistory AS (
         INSERT INTO kernel_scheduling_history
