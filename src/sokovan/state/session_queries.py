@@ -31,10 +31,11 @@ from sqlalchemy import (
     func,
     or_,
     select,
+    text,
 )
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 
 from sokovan.common.types import KernelStatus, SessionStatus
-from sokovan.db.among import among_bound
 from sokovan.db.models import Agent, Kernel, ScalingGroup, Session, SessionDependency
 
 BATCH_LIMIT = 5000
@@ -91,15 +92,36 @@ def kept(
     return query
 
 
-KERNELS_OF = (
-    select(*Kernel.__table__.c, Agent.rpc_addr)
-    .outerjoin(Agent, Agent.id == Kernel.agent_id)
-    .where(among_bound(Kernel.session_id))
-    .order_by(Kernel.session_id, Kernel.cluster_idx)
-)
-DEPENDENCIES_OF = select(SessionDependency.session_id, SessionDependency.depends_on).where(
-    among_bound(SessionDependency.session_id)
-)
+def _kernels_column() -> Any:
+    """Each session's kernels (with their agents' addresses), in cluster order, as one JSON array:
+    read with the sessions, not by a second statement."""
+    k, agent = Kernel.__table__.alias("k"), Agent.__table__.alias("ka")
+    fields = ("id", "status", "agent_id", "cluster_role", "cluster_idx", "occupied_slots", "exit_code")
+    kernel = func.json_build_object(
+        *(part for name in fields for part in (name, k.c[name])),
+        "status_info",
+        k.c.status_info,
+        "rpc_addr",
+        agent.c.rpc_addr,
+    )
+    return (
+        select(func.coalesce(func.json_agg(aggregate_order_by(kernel, k.c.cluster_idx)), text("'[]'::json")))
+        .select_from(k.outerjoin(agent, agent.c.id == k.c.agent_id))
+        .where(k.c.session_id == Session.id)
+        .scalar_subquery()
+        .label("kernels_json")
+    )
+
+
+def _dependencies_column() -> Any:
+    """What each session depends on, as an array (read for waiting sessions only)."""
+    dep = SessionDependency.__table__.alias("dep_of")
+    return (
+        select(func.array_agg(dep.c.depends_on))
+        .where(dep.c.session_id == Session.id)
+        .scalar_subquery()
+        .label("depends_json")
+    )
 
 
 def sessions_query(
@@ -122,8 +144,11 @@ def sessions_query(
         conditions.append(Session.status_changed_at < changed_before)
     if where is not None:
         conditions.append(where)
+    extra = [_kernels_column()]
+    if SessionStatus.PENDING in statuses:
+        extra.append(_dependencies_column())
     query = (
-        select(*Session.__table__.c, ScalingGroup.pending_timeout)
+        select(*Session.__table__.c, ScalingGroup.pending_timeout, *extra)
         .join(ScalingGroup, ScalingGroup.name == Session.scaling_group)
         .order_by(Session.created_at, Session.id)
     )

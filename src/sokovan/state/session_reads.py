@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import uuid
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,8 +22,6 @@ from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.state.session_queries import (
     BATCH_LIMIT,
-    DEPENDENCIES_OF,
-    KERNELS_OF,
     KernelMatchType,
     Narrowing,
     PlacementWindow,
@@ -130,49 +127,33 @@ async def fetch_sessions(
             window=window, now=now,
         )  # fmt: skip
     rows = (await conn.execute(query, params)).all()
-    if not rows:
-        return []
-    ids_read = [r.id for r in rows]
-    kernels = await _fetch_kernels(conn, ids_read)
-    deps: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
-    if SessionStatus.PENDING in statuses:
-        for sid, dep in await conn.execute(DEPENDENCIES_OF, {"ids": ids_read}):
-            deps[sid].append(dep)
     out: list[SessionWithKernels] = []
     for start in range(0, len(rows), YIELD_EVERY):
         if start:
             await asyncio.sleep(0)  # thousands of rows: let the API and the events in between
-        out += [
-            _session(r, kernels.get(r.id, []), tuple(deps.get(r.id, ())))
-            for r in rows[start : start + YIELD_EVERY]
-        ]
+        out += [_session(r) for r in rows[start : start + YIELD_EVERY]]
     return out
 
 
-async def _fetch_kernels(
-    conn: AsyncConnection, session_ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, list[KernelInfo]]:
-    rows = await conn.execute(KERNELS_OF, {"ids": list(session_ids)})
-    out: dict[uuid.UUID, list[KernelInfo]] = defaultdict(list)
-    for k in rows:
-        out[k.session_id].append(
-            KernelInfo(
-                id=k.id,
-                status=KernelStatus(k.status),
-                agent_id=k.agent_id,
-                agent_addr=k.rpc_addr,
-                cluster_role=k.cluster_role,
-                cluster_idx=k.cluster_idx,
-                occupied_slots=ResourceSlots.from_json(k.occupied_slots),
-                exit_code=k.exit_code,
-                status_info=dict(k.status_info or {}),
-            )
-        )
-    return out
+def _kernel(k: dict[str, Any]) -> KernelInfo:
+    """A kernel of a session row's `kernels_json` (`session_queries`)."""
+    return KernelInfo(
+        id=uuid.UUID(k["id"]),
+        status=KernelStatus(k["status"]),
+        agent_id=k["agent_id"],
+        agent_addr=k["rpc_addr"],
+        cluster_role=k["cluster_role"],
+        cluster_idx=k["cluster_idx"],
+        occupied_slots=ResourceSlots.from_json(k["occupied_slots"]),
+        exit_code=k["exit_code"],
+        status_info=dict(k["status_info"] or {}),
+    )
 
 
-def _session(s: Any, kernels: list[KernelInfo], depends_on: tuple[uuid.UUID, ...]) -> SessionWithKernels:
-    """A session row (Core, with its group's pending_timeout) and its kernels, as the handlers see it."""
+def _session(s: Any) -> SessionWithKernels:
+    """A session row (Core, with its group's pending_timeout, its kernels and, for a waiting
+    session, what it depends on), as the handlers see it."""
+    depends_on = getattr(s, "depends_json", None) or ()
     return SessionWithKernels(
         id=s.id,
         name=s.name,
@@ -195,8 +176,8 @@ def _session(s: Any, kernels: list[KernelInfo], depends_on: tuple[uuid.UUID, ...
         status_changed_at=s.status_changed_at,
         phase_attempts=s.phase_attempts,
         created_at=s.created_at,
-        kernels=tuple(kernels),
-        depends_on=depends_on,
+        kernels=tuple(_kernel(k) for k in s.kernels_json),
+        depends_on=tuple(depends_on),
         preemptible=bool(s.preemptible),
     )
 
