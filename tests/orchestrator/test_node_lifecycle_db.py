@@ -24,6 +24,7 @@ from sokovan.orchestrator.node.watch import Watch
 from sokovan.orchestrator.orchestrator import node_lanes, session_handlers
 from sokovan.orchestrator.schedule.coordinator import ScheduleCoordinator
 from tests.orchestrator.db_seed import Seed
+from tests.support import statements_sent
 
 A = AgentStatus
 TIMINGS = {
@@ -361,3 +362,31 @@ async def test_a_silent_draining_agent_loses_its_kernels_unless_in_a_mass_silenc
     assert (await statuses(engine))["d1"] == "DRAINING"
     async with engine.connect() as conn:
         assert await conn.scalar(select(Kernel.status).where(Kernel.session_id == sid)) == "RUNNING"
+
+
+async def test_a_batch_of_beats_refreshes_every_column_and_a_move_also_its_status_time(
+    engine: AsyncEngine,
+) -> None:
+    """One statement refreshes every agent of a batch: each beat's columns are written; only a beat
+    that moves its agent writes the status time and reason."""
+    await Seed(engine).tenancy()
+    await record_heartbeats(engine, [beat("n1", 1), beat("n2", 1)])
+    async with engine.connect() as conn:
+        before = {r.id: r for r in await conn.execute(select(Agent))}
+    grown = beat("n1", 2).model_copy(
+        update={"available_slots": {"cpu": "8", "mem": "1"}, "images": ["z", "a"], "running_kernels": ["k1"]}
+    )
+    with statements_sent(engine) as sent:
+        await record_heartbeats(engine, [grown, beat("n2", 2, ok=False)])
+    assert len(sent) == 4  # the groups, the agents locked, every refresh in one, the move's history
+    async with engine.connect() as conn:
+        after = {r.id: r for r in await conn.execute(select(Agent))}
+    n1, n2 = after["n1"], after["n2"]
+    assert (n1.status, n1.heartbeat_seq, n1.available_slots) == ("READY", 2, {"cpu": "8", "mem": "1"})
+    assert (n1.images, n1.running_kernels) == (["a", "z"], ["k1"])
+    assert n1.status_changed_at == before["n1"].status_changed_at  # refreshed, not moved
+    assert n1.last_heartbeat_at > before["n1"].last_heartbeat_at
+    assert n1.statics_fingerprint != before["n1"].statics_fingerprint
+    assert (n2.status, n2.heartbeat_seq, n2.health["ok"]) == ("DEGRADED", 2, False)
+    assert n2.status_changed_at > before["n2"].status_changed_at
+    assert n2.status_info["handler"] and n2.status_info["reason"]

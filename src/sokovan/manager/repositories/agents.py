@@ -12,12 +12,13 @@ written with their history. Silence is judged elsewhere (the orchestrator's node
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, insert, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -25,8 +26,7 @@ from sokovan.bus.user_events import UserEvent
 from sokovan.common.events import AgentHeartbeat
 from sokovan.common.metrics import AGENT_TRANSITIONS, HEARTBEATS_REPLAYED
 from sokovan.common.types import AgentClass, AgentStatus
-from sokovan.db.among import among
-from sokovan.db.models import Agent, AgentHistory, ScalingGroup
+from sokovan.db.models import Agent, AgentHistory
 from sokovan.state.agent_beats import on_heartbeat
 from sokovan.state.agent_writes import agent_event, history_row
 
@@ -75,8 +75,11 @@ def _accepted(
     return last, replays
 
 
+_CLASSES = frozenset(c.value for c in AgentClass)
+
+
 def _agent_class(value: str) -> str:
-    return value if value in {c.value for c in AgentClass} else AgentClass.STANDARD.value
+    return value if value in _CLASSES else AgentClass.STANDARD.value
 
 
 def _beat_columns(hb: AgentHeartbeat, now: dt.datetime) -> dict[str, Any]:
@@ -106,32 +109,14 @@ async def record_heartbeats(engine: AsyncEngine, beats: Sequence[AgentHeartbeat]
         return out
     now = dt.datetime.now(dt.UTC)
     async with engine.begin() as conn:
-        groups = {b[-1].scaling_group for b in grouped.values()}
-        known = set(
-            (await conn.execute(select(ScalingGroup.name).where(ScalingGroup.name.in_(groups)))).scalars()
-        )
+        groups = sorted({b[-1].scaling_group for b in grouped.values()})
+        known = set((await conn.execute(_KNOWN_GROUPS, {"names": groups})).scalars())
         for agent_id, agent_beats in grouped.items():
             if agent_beats[-1].scaling_group not in known:
                 group = agent_beats[-1].scaling_group
                 log.warning("agent.unknown_scaling_group", agent_id=agent_id, scaling_group=group)
         grouped = {k: b for k, b in grouped.items() if b[-1].scaling_group in known}
-        rows = {
-            r.id: r
-            for r in await conn.execute(
-                select(
-                    Agent.id,
-                    Agent.status,
-                    Agent.boot_id,
-                    Agent.heartbeat_seq,
-                    Agent.heartbeat_signed_at,
-                    Agent.disabled,
-                    Agent.boot_failures,
-                )
-                .where(among(Agent.id, grouped))
-                .order_by(Agent.id)
-                .with_for_update()
-            )
-        }
+        rows = {r.id: r for r in await conn.execute(_LOCK_AGENTS, {"ids": sorted(grouped)})}
         inserts: list[dict[str, Any]] = []
         updates: list[dict[str, Any]] = []
         history: list[dict[str, Any]] = []
@@ -216,28 +201,48 @@ async def record_heartbeats(engine: AsyncEngine, beats: Sequence[AgentHeartbeat]
     return out
 
 
+# Heartbeats' reads and writes, as kept text statements: a fleet of 1,000 agents beats about 500
+# times a second, and building these through the ORM (an executemany of an ORM update) had cost a
+# tenth of a core.
+_KNOWN_GROUPS = text("SELECT name FROM scaling_groups WHERE name = ANY(CAST(:names AS text[]))")
+_LOCK_AGENTS = text(
+    """
+    SELECT id, status, boot_id, heartbeat_seq, heartbeat_signed_at, disabled, boot_failures
+    FROM agents WHERE id = ANY(CAST(:ids AS text[])) ORDER BY id FOR UPDATE
+    """
+)
+_REFRESH = text(
+    """
+    UPDATE agents AS a SET
+        status = v.status, scaling_group = v.scaling_group, available_slots = v.available_slots,
+        rpc_addr = v.rpc_addr, images = v.images, boot_id = v.boot_id, heartbeat_seq = v.heartbeat_seq,
+        heartbeat_signed_at = v.heartbeat_signed_at, last_heartbeat_at = v.last_heartbeat_at,
+        max_kernels = v.max_kernels, running_kernels = v.running_kernels, agent_class = v.agent_class,
+        health = v.health, boot_failures = v.boot_failures,
+        status_info = CASE WHEN v.moved THEN v.status_info ELSE a.status_info END,
+        status_changed_at = CASE WHEN v.moved THEN v.changed ELSE a.status_changed_at END
+    FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS v(
+        id text, status text, scaling_group text, available_slots jsonb, rpc_addr text, images jsonb,
+        boot_id text, heartbeat_seq bigint, heartbeat_signed_at timestamptz,
+        last_heartbeat_at timestamptz, max_kernels int, running_kernels jsonb, agent_class text,
+        health jsonb, boot_failures int, status_info jsonb, moved bool, changed timestamptz)
+    WHERE a.id = v.id
+    """
+)
+
+
 async def _update_rows(conn: Any, updates: list[dict[str, Any]]) -> None:
-    """One executemany per shape: beats that moved an agent also write its status time and reason."""
-    for moved in (False, True):
-        batch = [u for u in updates if u["b_moved"] is moved]
-        if not batch:
-            continue
-        keys = [k for k in batch[0] if not k.startswith("b_")]
-        values: dict[str, Any] = {k: bindparam(f"v_{k}") for k in keys}
-        if moved:
-            values["status_changed_at"] = bindparam("b_changed")
-        params = [
-            {
-                "b_id": u["b_id"],
-                **({"b_changed": u["b_changed"]} if moved else {}),
-                **{f"v_{k}": u[k] for k in keys},
-            }
-            for u in batch
-        ]
-        await conn.execute(
-            update(Agent)
-            .where(Agent.id == bindparam("b_id"))
-            .values(**values)
-            .execution_options(synchronize_session=False),
-            params,
-        )
+    """One statement for every refreshed agent: a beat that moved one also writes its status time
+    and reason."""
+    rows = [
+        {**{k: v for k, v in u.items() if not k.startswith("b_")}, "id": u["b_id"], "moved": u["b_moved"],
+         "changed": u["b_changed"]}
+        for u in updates
+    ]  # fmt: skip
+    await conn.execute(_REFRESH, {"rows": json.dumps(rows, default=_json_value)})
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON")
