@@ -7,8 +7,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from sokovan.bus.hints import as_demand, parse_demand
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from sokovan.bus.hints import Hint, as_demand, parse_demand
+from sokovan.common.rpc import AgentRPCClient
+from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.loop import CoordinatorLoop
+from sokovan.orchestrator.orchestrator import RETRY_DEBOUNCE, SokovanOrchestrator
 
 CYCLE = 0.3
 
@@ -142,3 +147,14 @@ async def test_a_hint_runs_the_short_cycle_and_the_interval_the_long_one() -> No
     stop.set()
     await runner
     assert ran[0] == "short" and set(ran) == {"short", "long"}
+
+
+async def test_the_retry_lane_coalesces_the_session_ends_of_its_debounce() -> None:
+    """Every session end hints the retry lane: ends within RETRY_DEBOUNCE of its last cycle wait
+    for one more cycle together (the loop's debounce, tested above, with the retry lane's value)."""
+    engine = create_async_engine("postgresql+asyncpg://nobody@127.0.0.1:1/none")  # never connected
+    orchestrator = SokovanOrchestrator(engine, AgentRPCClient("x"), ClusterConfig())
+    (retry,) = orchestrator.loops[Hint.RETRY]
+    (place,) = orchestrator._named("schedule.place")
+    assert retry._debounce() == RETRY_DEBOUNCE > place._debounce()
+    await engine.dispose()

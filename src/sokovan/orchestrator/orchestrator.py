@@ -86,6 +86,11 @@ SHARE_OUT = (lane("place"), lane("prepare"), lane("end"), lane("start"))
 # long, so a burst of replicas starting costs them a few cycles.
 ROUTE_DEBOUNCE = 0.05
 
+# The retry lane is hinted whenever a session ends (a dozen statements a cycle, most finding
+# nothing to decide); it coalesces the ends of this long into one cycle. An end after a quiet
+# spell is decided at once.
+RETRY_DEBOUNCE = 0.2
+
 
 def session_lanes(
     engine: AsyncEngine,
@@ -243,7 +248,7 @@ class SokovanOrchestrator:
             ],
             # Retries: woken when sessions end (`handoffs`), and every long cycle (a scheduled
             # retry came due).
-            Hint.RETRY: [self._loop(Hint.RETRY, retry.cycle, on_moved=wake_sessions)],
+            Hint.RETRY: [self._loop(Hint.RETRY, retry.cycle, RETRY_DEBOUNCE, on_moved=wake_sessions)],
             Hint.MAINTENANCE: [self._loop(Hint.MAINTENANCE, maintenance.cycle, on_moved=wake_sessions)],
             Hint.NODE: [
                 self._loop(
