@@ -11,8 +11,8 @@ the status as it was, so its history may merge into the latest row; two transiti
 session; a requeue that replaces kernels) takes the general path of `session_writes`.
 
 Sessions found in a status the transition did not expect are stale, as on the general path: they
-are left alone and their history row (which may merge into the latest, `history_rows`) is written
-after the statement.
+are left alone, and the caller writes their history rows after the statement (a stale row may
+merge into its session's latest, as on the general path).
 """
 
 from __future__ import annotations
