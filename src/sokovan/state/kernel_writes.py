@@ -141,7 +141,7 @@ _APPLY = text(
     ), cur AS MATERIALIZED (
         SELECT k.id, k.status, k.session_id, k.agent_id, s.user_id
         FROM kernels k JOIN sessions s ON s.id = k.session_id
-        WHERE k.id IN (SELECT id FROM v)
+        WHERE k.id = ANY(CAST(:ids AS uuid[]))
         ORDER BY k.id
         FOR NO KEY UPDATE OF k
     ), moved AS (
@@ -193,7 +193,11 @@ async def apply_kernel_transitions(
         }
         for t in transitions
     ]
-    params = {"batch": json.dumps(batch, default=str), "now": dt.datetime.now(dt.UTC)}
+    params = {
+        "batch": json.dumps(batch, default=str),
+        "ids": [t.kernel_id for t in transitions],
+        "now": dt.datetime.now(dt.UTC),
+    }
     found = {r.id: r for r in await conn.execute(_APPLY, params)}
     moved: list[KernelMove] = []
     for t in transitions:

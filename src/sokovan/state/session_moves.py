@@ -77,6 +77,11 @@ def _row(t: SessionTransition, waiting_keys: Sequence[str]) -> dict[str, Any]:
 # locked in id order, and those in an expected status moved, with theirs. What it returns is
 # each session found: where it was, whether it moved, its owner and deployment.
 #
+# Rows are found by the ids as an array parameter (`= ANY(:ids)`), never by a join on the JSON
+# batch alone: PostgreSQL guesses a hundred rows for `jsonb_to_recordset`, and past a few thousand
+# sessions that guess made it read the whole table (a sequential scan per write) instead of
+# probing the primary key.
+#
 # Statuses are judged only on what the locking reads returned, never in their WHERE or the
 # UPDATEs' own: a statement first matches the versions of rows its snapshot sees, which a writer
 # that committed while the lock waited has replaced; a condition on the old version skips the row,
@@ -91,7 +96,7 @@ _MOVE = text(
         )) WITH ORDINALITY AS v
     ), cur AS MATERIALIZED (
         SELECT s.id, s.status, s.user_id, s.deployment_id FROM sessions s
-        WHERE s.id IN (SELECT id FROM v)
+        WHERE s.id = ANY(CAST(:ids AS uuid[]))
         ORDER BY s.id
         FOR NO KEY UPDATE
     ), moved AS (
@@ -115,7 +120,8 @@ _MOVE = text(
         ORDER BY v.ordinality
     ), klocked AS MATERIALIZED (
         SELECT k.id, k.status FROM kernels k JOIN v ON v.id = k.session_id
-        WHERE v.kernel_to IS NOT NULL AND k.session_id IN (SELECT id FROM moved)
+        WHERE v.kernel_to IS NOT NULL AND k.session_id = ANY(CAST(:ids AS uuid[]))
+          AND k.session_id IN (SELECT id FROM moved)
         ORDER BY k.id
         FOR NO KEY UPDATE OF k
     ), kmoved AS (
@@ -149,7 +155,9 @@ async def apply_moves(
     transitions with the status each session was found in, whose history the caller writes."""
     now = dt.datetime.now(dt.UTC)
     batch = json.dumps([_row(t, waiting_keys) for t in transitions])
-    rows = (await conn.execute(_MOVE, {"batch": batch, "now": now, "terminal": _TERMINAL})).all()
+    ids = [t.session_id for t in transitions]
+    params = {"batch": batch, "ids": ids, "now": now, "terminal": _TERMINAL}
+    rows = (await conn.execute(_MOVE, params)).all()
     found: dict[uuid.UUID, Any] = {r.id: r for r in rows}
     stale: list[tuple[SessionTransition, SessionStatus]] = []
     for t in transitions:

@@ -230,9 +230,14 @@ async def _write_history(
     latest row (`_history_plan`)."""
     inserts, merges = await _history_plan(conn, history_rows)
     if session_rows or inserts:
+        final = _final(list(session_rows))
         await conn.execute(
             _WRITE,
-            {"sessions": json.dumps(_final(list(session_rows))), "history": json.dumps(inserts, default=str)},
+            {
+                "sessions": json.dumps(final),
+                "ids": [row["id"] for row in final],
+                "history": json.dumps(inserts, default=str),
+            },
         )
     if merges:
         await conn.execute(_MERGE, [{**m, "b_now": now or dt.datetime.now(dt.UTC)} for m in merges])
@@ -292,7 +297,7 @@ _WRITE = text(
             status_changed_at = coalesce(v.changed, s.status_changed_at),
             terminated_at = coalesce(s.terminated_at, v.terminated),
             result = CASE WHEN v.set_result THEN v.result ELSE s.result END
-        FROM v WHERE s.id = v.id
+        FROM v WHERE s.id = v.id AND s.id = ANY(CAST(:ids AS uuid[]))
     )
     INSERT INTO session_scheduling_history
         (session_id, handler, result, from_status, to_status, message, attempt, created_at)

@@ -226,7 +226,7 @@ _REFRESH = text(
         boot_id text, heartbeat_seq bigint, heartbeat_signed_at timestamptz,
         last_heartbeat_at timestamptz, max_kernels int, running_kernels jsonb, agent_class text,
         health jsonb, boot_failures int, status_info jsonb, moved bool, changed timestamptz)
-    WHERE a.id = v.id
+    WHERE a.id = v.id AND a.id = ANY(CAST(:ids AS text[]))
     """
 )
 
@@ -239,7 +239,8 @@ async def _update_rows(conn: Any, updates: list[dict[str, Any]]) -> None:
          "changed": u["b_changed"]}
         for u in updates
     ]  # fmt: skip
-    await conn.execute(_REFRESH, {"rows": json.dumps(rows, default=_json_value)})
+    params = {"rows": json.dumps(rows, default=_json_value), "ids": [u["b_id"] for u in updates]}
+    await conn.execute(_REFRESH, params)
 
 
 def _json_value(value: Any) -> Any:
