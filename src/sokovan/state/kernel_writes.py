@@ -141,7 +141,7 @@ _APPLY = text(
     ), cur AS MATERIALIZED (
         SELECT k.id, k.status, k.session_id, k.agent_id, s.user_id
         FROM kernels k JOIN sessions s ON s.id = k.session_id
-        WHERE k.id = ANY(CAST(:ids AS uuid[]))
+        WHERE k.id IN (SELECT unnest(CAST(:ids AS uuid[])))
         ORDER BY k.id
         FOR NO KEY UPDATE OF k
     ), moved AS (

@@ -77,10 +77,11 @@ def _row(t: SessionTransition, waiting_keys: Sequence[str]) -> dict[str, Any]:
 # locked in id order, and those in an expected status moved, with theirs. What it returns is
 # each session found: where it was, whether it moved, its owner and deployment.
 #
-# Rows are found by the ids as an array parameter (`= ANY(:ids)`), never by a join on the JSON
-# batch alone: PostgreSQL guesses a hundred rows for `jsonb_to_recordset`, and past a few thousand
-# sessions that guess made it read the whole table (a sequential scan per write) instead of
-# probing the primary key.
+# The sessions are found through the ids as an array parameter (`IN (SELECT unnest(:ids))`), not
+# by a join on the JSON batch: PostgreSQL guesses a hundred rows for `jsonb_to_recordset`, and past
+# a few thousand sessions that guess made it read the whole table at every write instead of
+# probing the primary key. Not `= ANY(:ids)` either: for a batch of thousands the planner may scan
+# the table and test each row against the whole array (seconds for 5,000).
 #
 # Statuses are judged only on what the locking reads returned, never in their WHERE or the
 # UPDATEs' own: a statement first matches the versions of rows its snapshot sees, which a writer
@@ -96,7 +97,7 @@ _MOVE = text(
         )) WITH ORDINALITY AS v
     ), cur AS MATERIALIZED (
         SELECT s.id, s.status, s.user_id, s.deployment_id FROM sessions s
-        WHERE s.id = ANY(CAST(:ids AS uuid[]))
+        WHERE s.id IN (SELECT unnest(CAST(:ids AS uuid[])))
         ORDER BY s.id
         FOR NO KEY UPDATE
     ), moved AS (
@@ -120,8 +121,7 @@ _MOVE = text(
         ORDER BY v.ordinality
     ), klocked AS MATERIALIZED (
         SELECT k.id, k.status FROM kernels k JOIN v ON v.id = k.session_id
-        WHERE v.kernel_to IS NOT NULL AND k.session_id = ANY(CAST(:ids AS uuid[]))
-          AND k.session_id IN (SELECT id FROM moved)
+        WHERE v.kernel_to IS NOT NULL AND k.session_id IN (SELECT id FROM moved)
         ORDER BY k.id
         FOR NO KEY UPDATE OF k
     ), kmoved AS (

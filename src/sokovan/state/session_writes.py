@@ -297,7 +297,7 @@ _WRITE = text(
             status_changed_at = coalesce(v.changed, s.status_changed_at),
             terminated_at = coalesce(s.terminated_at, v.terminated),
             result = CASE WHEN v.set_result THEN v.result ELSE s.result END
-        FROM v WHERE s.id = v.id AND s.id = ANY(CAST(:ids AS uuid[]))
+        FROM v WHERE s.id = v.id AND s.id IN (SELECT unnest(CAST(:ids AS uuid[])))
     )
     INSERT INTO session_scheduling_history
         (session_id, handler, result, from_status, to_status, message, attempt, created_at)

@@ -226,7 +226,7 @@ _REFRESH = text(
         boot_id text, heartbeat_seq bigint, heartbeat_signed_at timestamptz,
         last_heartbeat_at timestamptz, max_kernels int, running_kernels jsonb, agent_class text,
         health jsonb, boot_failures int, status_info jsonb, moved bool, changed timestamptz)
-    WHERE a.id = v.id AND a.id = ANY(CAST(:ids AS text[]))
+    WHERE a.id = v.id AND a.id IN (SELECT unnest(CAST(:ids AS text[])))
     """
 )
 

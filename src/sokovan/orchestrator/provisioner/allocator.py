@@ -34,7 +34,8 @@ _BIND_IF_FITS = text(
         SELECT unnest(CAST(:kernels AS uuid[])) AS kernel, unnest(CAST(:targets AS text[])) AS agent
     ), free AS MATERIALIZED (
         SELECT k.id, v.agent, k.occupied_slots FROM kernels k JOIN v ON v.kernel = k.id
-        WHERE k.id = ANY(CAST(:kernels AS uuid[])) AND k.status = :pending AND k.agent_id IS NULL
+        WHERE k.id IN (SELECT unnest(CAST(:kernels AS uuid[]))) AND k.status = :pending
+          AND k.agent_id IS NULL
         ORDER BY k.id
         FOR NO KEY UPDATE OF k
     ), live AS (
