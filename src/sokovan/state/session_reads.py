@@ -1,8 +1,9 @@
-"""The session read model handlers work on, and its batched reads: one statement per kind of row.
+"""The session read model handlers work on, and its batched reads: one statement per read.
 
 `SessionWithKernels` is what every session handler and the placement pipeline see; `fetch_sessions`
-reads a batch of them, deciding a promotion's kernel condition (ALL / ANY / NOT_ANY) in SQL so that
-an idle cycle reads nothing. The statements themselves, and the placement lane's fair window, are
+reads a batch of them, each row carrying its kernels (and a waiting session's dependencies), and
+decides a promotion's kernel condition (ALL / ANY / NOT_ANY) in SQL so that an idle cycle reads
+nothing. The statements themselves, and the placement lane's fair window, are
 `session_queries`.
 """
 
