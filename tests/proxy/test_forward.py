@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -11,6 +12,7 @@ import redis.asyncio as aioredis
 from yarl import URL
 
 from sokovan.common.settings import Settings
+from sokovan.proxy.forward import _dropped
 from tests.proxy.backends import Resetter, dead_endpoint
 from tests.proxy.conftest import (
     Backends,
@@ -257,3 +259,22 @@ async def test_a_reset_connection_sends_a_bodiless_idempotent_request_to_the_nex
         assert 502 in statuses and set(statuses) <= {200, 502}
     finally:
         await killed.stop()
+
+
+@pytest.mark.parametrize(
+    ("exc", "dropped"),
+    [
+        (aiohttp.ServerDisconnectedError(), True),
+        (aiohttp.ClientOSError(errno.ECONNRESET, "Connection reset by peer"), True),
+        (aiohttp.ClientOSError(errno.EPIPE, "Broken pipe"), True),
+        # A request written to a pooled connection the killed replica had already closed.
+        (aiohttp.ClientConnectionResetError("Cannot write to closing transport"), True),
+        (aiohttp.ClientOSError(errno.EHOSTUNREACH, "No route to host"), False),
+        (aiohttp.ClientPayloadError("Response payload is not completed"), False),
+    ],
+)
+def test_which_failures_are_a_connection_dropped_before_any_answer(
+    exc: aiohttp.ClientError, dropped: bool
+) -> None:
+    """A bodiless idempotent request goes on to the next replica after these (see the tests above)."""
+    assert _dropped(exc) is dropped

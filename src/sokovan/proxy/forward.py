@@ -42,8 +42,10 @@ _DROPPED_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
 
 
 def _dropped(exc: aiohttp.ClientError) -> bool:
-    """The replica closed or reset the connection before any answer."""
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
+    """The replica closed or reset the connection before any answer (aiohttp raises
+    `ClientConnectionResetError` when the request is written to a pooled connection the replica
+    already closed: nothing reached it)."""
+    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientConnectionResetError)):
         return True
     return isinstance(exc, aiohttp.ClientOSError) and exc.errno in _DROPPED_ERRNOS
 
@@ -98,7 +100,11 @@ class Forwarder:
                 log.warning("proxy.replica_unreachable", deployment=name, endpoint=endpoint, error=str(exc))
                 self._balancer.mark_failed(endpoint)
                 continue
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            except (
+                aiohttp.ServerDisconnectedError,
+                aiohttp.ClientOSError,
+                aiohttp.ClientConnectionResetError,
+            ) as exc:
                 if retry_on_disconnect and _dropped(exc):
                     log.info("proxy.replica_disconnected", deployment=name, endpoint=endpoint, error=str(exc))
                     continue
