@@ -231,14 +231,9 @@ async def _write_history(
     inserts, merges = await _history_plan(conn, history_rows)
     if session_rows or inserts:
         final = _final(list(session_rows))
-        await conn.execute(
-            _WRITE,
-            {
-                "sessions": json.dumps(final),
-                "ids": [row["id"] for row in final],
-                "history": json.dumps(inserts, default=str),
-            },
-        )
+        ids = [row["id"] for row in final]
+        history = json.dumps(inserts, default=str)
+        await conn.execute(_WRITE, {"sessions": json.dumps(final), "ids": ids, "history": history})
     if merges:
         await conn.execute(_MERGE, [{**m, "b_now": now or dt.datetime.now(dt.UTC)} for m in merges])
 
