@@ -17,7 +17,7 @@ from sokovan.common.types import KernelStatus, SchedulingResult, SessionStatus
 from sokovan.db.models import Kernel, Session
 from sokovan.state.kernel_writes import _APPLY
 from sokovan.state.session_moves import _MOVE, _row
-from sokovan.state.session_writes import WAITING_KEYS, SessionTransition
+from sokovan.state.session_writes import SessionTransition
 from tests.orchestrator.bulk_seed import bulk_sessions
 from tests.orchestrator.db_seed import Seed
 
@@ -53,7 +53,7 @@ async def test_a_hand_off_and_a_kernel_event_probe_their_rows_among_thousands(en
         engine,
         _MOVE,
         {
-            "batch": json.dumps([_row(hand_off, WAITING_KEYS)]),
+            "batch": json.dumps([_row(hand_off)]),
             "ids": [sid],
             "now": now,
             "terminal": ["TERMINATED"],
@@ -94,7 +94,7 @@ async def test_a_batch_of_thousands_is_never_tested_row_by_row_against_its_ids(e
     now = dt.datetime.now(dt.UTC)
     batch = [
         _row(SessionTransition(sid, frozenset({S.SCHEDULED}), S.PREPARING, "T", SchedulingResult.SUCCESS,
-                               kernel_to=K.PREPARING), WAITING_KEYS)
+                               kernel_to=K.PREPARING))
         for sid in ids
     ]  # fmt: skip
     plan = await plan_of(

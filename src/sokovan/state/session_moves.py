@@ -26,12 +26,24 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from sokovan.common.preemption import NOMINATED_AGENTS, NOMINATED_UNTIL, PREEMPTS
 from sokovan.common.types import KernelStatus, SessionStatus
 
 if TYPE_CHECKING:
     from sokovan.state.session_writes import AppliedTransitions, SessionTransition
 
 _TERMINAL = sorted(s.value for s in SessionStatus.terminal())
+# What only a waiting (PENDING) session carries: dropped when it moves on.
+WAITING_KEYS = ("pending_reason", NOMINATED_AGENTS, NOMINATED_UNTIL, PREEMPTS)
+
+
+def removed_keys(t: SessionTransition, target: SessionStatus) -> list[str]:
+    """The status_info keys a transition to `target` removes, after its patch is merged: leaving
+    PENDING drops what only a waiting session carries (unless the transition sets it), and
+    `drop_info` goes whatever the patch said. Both write paths apply this one rule."""
+    patch = t.status_info or {}
+    waiting = [k for k in WAITING_KEYS if k not in patch] if target != SessionStatus.PENDING else []
+    return waiting + sorted(t.drop_info)
 
 
 def moves_only(transitions: Sequence[SessionTransition]) -> bool:
@@ -44,20 +56,16 @@ def moves_only(transitions: Sequence[SessionTransition]) -> bool:
     )
 
 
-def _row(t: SessionTransition, waiting_keys: Sequence[str]) -> dict[str, Any]:
+def _row(t: SessionTransition) -> dict[str, Any]:
     assert t.to_status is not None
-    patch = dict(t.status_info or {})
-    # As on the general path: leaving PENDING drops what only a waiting session carries (unless
-    # the transition sets it), then `drop_info` goes whatever the patch said.
-    strip = [k for k in waiting_keys if k not in patch] if t.to_status != SessionStatus.PENDING else []
     kernel_to = t.kernel_to
     return {
         "id": str(t.session_id),
         "expected": sorted(s.value for s in t.expected),
         "to_status": t.to_status.value,
         "terminal": t.to_status.is_terminal,
-        "patch": patch,
-        "strip": strip + sorted(t.drop_info),
+        "patch": dict(t.status_info or {}),
+        "strip": removed_keys(t, t.to_status),
         "result": t.session_result.value if t.session_result else None,
         "set_result": t.session_result is not None,
         "handler": t.handler,
@@ -149,12 +157,11 @@ async def apply_moves(
     conn: AsyncConnection,
     transitions: Sequence[SessionTransition],
     out: AppliedTransitions,
-    waiting_keys: Sequence[str],
 ) -> list[tuple[SessionTransition, SessionStatus]]:
     """Write a batch of hand-offs (`moves_only`) in one statement, filling `out`; returns the stale
     transitions with the status each session was found in, whose history the caller writes."""
     now = dt.datetime.now(dt.UTC)
-    batch = json.dumps([_row(t, waiting_keys) for t in transitions])
+    batch = json.dumps([_row(t) for t in transitions])
     ids = [t.session_id for t in transitions]
     params = {"batch": batch, "ids": ids, "now": now, "terminal": _TERMINAL}
     rows = (await conn.execute(_MOVE, params)).all()

@@ -26,18 +26,15 @@ from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.bus.user_events import UserEvent
-from sokovan.common.preemption import NOMINATED_AGENTS, NOMINATED_UNTIL, PREEMPTS
 from sokovan.common.types import KernelStatus, SchedulingResult, SessionResult, SessionStatus
 from sokovan.db.among import among, among_bound
 from sokovan.db.models import Kernel, Session, SessionSchedulingHistory
 from sokovan.state.kernel_writes import move_kernels_of_sessions
-from sokovan.state.session_moves import apply_moves, moves_only
+from sokovan.state.session_moves import apply_moves, moves_only, removed_keys
 from sokovan.state.status_info import SessionStatusInfo, status_info_of
 
 # Statuses whose kernels are swept along when a session moves and no kernel guard is given.
 _LIVE_KERNELS = frozenset(KernelStatus.non_terminal())
-# What only a waiting (PENDING) session carries: dropped when it moves on.
-WAITING_KEYS = ("pending_reason", NOMINATED_AGENTS, NOMINATED_UNTIL, PREEMPTS)
 
 
 @dataclass(frozen=True)
@@ -129,7 +126,7 @@ async def apply_session_transitions(
     if not transitions:
         return out
     if moves_only(transitions):  # hand-offs: one statement (`session_moves`)
-        stale = await apply_moves(conn, transitions, out, WAITING_KEYS)
+        stale = await apply_moves(conn, transitions, out)
         if stale:
             await _write_history(
                 conn, [_history(t, s, s, _stale(t, s), dt.datetime.now(dt.UTC)) for t, s in stale]
@@ -166,11 +163,7 @@ async def apply_in_steps(
             continue
         target = t.to_status or status
         new_info: SessionStatusInfo = {**info, **(t.status_info or {})}
-        if target != SessionStatus.PENDING:
-            for key in WAITING_KEYS:  # only a waiting session has a reason to wait, or a nomination
-                if key not in (t.status_info or {}):
-                    new_info.pop(key, None)  # type: ignore[misc]
-        for key in t.drop_info:
+        for key in removed_keys(t, target):
             new_info.pop(key, None)  # type: ignore[misc]
         new_attempts = 0 if (t.reset_attempts or target != status) else attempts + int(t.bump_attempts)
         session_rows.append(

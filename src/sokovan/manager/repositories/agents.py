@@ -158,9 +158,7 @@ async def record_heartbeats(engine: AsyncEngine, beats: Sequence[AgentHeartbeat]
                 inserts.append({"id": agent_id, "status_changed_at": now, **columns})
             else:
                 changed = now if outcome.moves else None
-                updates.append(
-                    {"b_id": agent_id, "b_changed": changed, "b_moved": bool(outcome.moves), **columns}
-                )
+                updates.append({"id": agent_id, "changed": changed, "moved": bool(outcome.moves), **columns})
         if inserts:
             # Another manager may register the same new agent at the same moment: its row wins, and
             # this beat's history is dropped with it (the agent's next beat is judged normally).
@@ -234,12 +232,7 @@ _REFRESH = text(
 async def _update_rows(conn: Any, updates: list[dict[str, Any]]) -> None:
     """One statement for every refreshed agent: a beat that moved one also writes its status time
     and reason."""
-    rows = [
-        {**{k: v for k, v in u.items() if not k.startswith("b_")}, "id": u["b_id"], "moved": u["b_moved"],
-         "changed": u["b_changed"]}
-        for u in updates
-    ]  # fmt: skip
-    params = {"rows": json.dumps(rows, default=_json_value), "ids": [u["b_id"] for u in updates]}
+    params = {"rows": json.dumps(updates, default=_json_value), "ids": [u["id"] for u in updates]}
     await conn.execute(_REFRESH, params)
 
 

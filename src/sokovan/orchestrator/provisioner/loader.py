@@ -49,7 +49,7 @@ from sokovan.orchestrator.provisioner.tenancy_reads import (
     load_keypairs,
     load_scopes,
     load_usage,
-    slot_usage_query,
+    slot_usage,
 )
 from sokovan.state.occupancy import agent_occupancy, slot_holding
 from sokovan.state.session_reads import SessionWithKernels
@@ -273,11 +273,15 @@ async def _load_nominations(conn: AsyncConnection, snapshots: dict[str, ScalingG
             )
 
 
+# What each user's live kernels hold in the groups that share by DRF.
+_USER_USAGE = slot_usage("s.scaling_group, s.user_id", "s.scaling_group = ANY(CAST(:groups AS text[]))")
+
+
 async def _load_user_allocations(conn: AsyncConnection, snapshots: dict[str, ScalingGroupSnapshot]) -> None:
     drf = [name for name, s in snapshots.items() if s.scheduler == "drf"]
     if not drf:
         return
-    query = slot_usage_query(Session.scaling_group, Session.user_id).where(Session.scaling_group.in_(drf))
-    for sg, user_id, key, total in await conn.execute(query):
+    params = {"live": slot_holding(), "groups": drf}
+    for sg, user_id, key, total in await conn.execute(_USER_USAGE, params):
         snap = snapshots[sg]
         snap.user_allocated[user_id] = snap.user_allocated[user_id] + ResourceSlots({key: Decimal(total)})

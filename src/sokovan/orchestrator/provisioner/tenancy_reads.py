@@ -7,14 +7,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
-from typing import Any
 
-from sqlalchemy import Numeric, cast, func, literal_column, select, text
+from sqlalchemy import TextClause, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import SessionStatus
-from sokovan.db.models import Kernel, Session
+from sokovan.db.models import Session
 from sokovan.orchestrator.provisioner.snapshot import KeypairPolicy, Tenancy
 from sokovan.state.occupancy import slot_holding
 from sokovan.state.quota import quota_of
@@ -90,31 +89,26 @@ async def load_dependencies(conn: AsyncConnection, tenancy: Tenancy, ids: Sequen
         tenancy.dependencies[sid] = (status, result)
 
 
-def slot_usage_query(*group: Any) -> Any:
-    """Slots held by placed, live kernels, summed per `group` columns and slot name."""
-    slot = func.jsonb_each_text(Kernel.occupied_slots).table_valued("key", "value").alias("slot")
-    return (
-        select(*group, slot.c.key, func.sum(cast(slot.c.value, Numeric)))
-        .select_from(Kernel)
-        .join(Session, Session.id == Kernel.session_id)
-        .join(slot, literal_column("true"))
-        .where(Kernel.agent_id.is_not(None), Kernel.status.in_(slot_holding()))
-        .group_by(*group, slot.c.key)
+def slot_usage(columns: str, scope: str) -> TextClause:
+    """Slots held by placed, live kernels (`:live`), summed per `columns` (of the sessions `s`) and
+    slot name, over the sessions `scope` keeps."""
+    return text(
+        f"""
+        SELECT {columns}, slot.key, sum(CAST(slot.value AS numeric))
+        FROM kernels k
+        JOIN sessions s ON s.id = k.session_id
+        CROSS JOIN LATERAL jsonb_each_text(k.occupied_slots) AS slot(key, value)
+        WHERE k.agent_id IS NOT NULL AND k.status = ANY(CAST(:live AS text[])) AND ({scope})
+        GROUP BY {columns}, slot.key
+        """
     )
 
 
 # Slots held by placed, live kernels of the owners', projects' and domains' sessions.
-_USAGE = text(
-    """
-    SELECT s.access_key, s.project_id, s.domain_name, slot.key, sum(CAST(slot.value AS numeric))
-    FROM kernels k
-    JOIN sessions s ON s.id = k.session_id
-    CROSS JOIN LATERAL jsonb_each_text(k.occupied_slots) AS slot(key, value)
-    WHERE k.agent_id IS NOT NULL AND k.status = ANY(CAST(:live AS text[]))
-      AND (s.access_key = ANY(CAST(:keys AS text[])) OR s.project_id = ANY(CAST(:projects AS uuid[]))
-           OR s.domain_name = ANY(CAST(:domains AS text[])))
-    GROUP BY s.access_key, s.project_id, s.domain_name, slot.key
-    """
+_USAGE = slot_usage(
+    "s.access_key, s.project_id, s.domain_name",
+    "s.access_key = ANY(CAST(:keys AS text[])) OR s.project_id = ANY(CAST(:projects AS uuid[]))"
+    " OR s.domain_name = ANY(CAST(:domains AS text[]))",
 )
 
 
