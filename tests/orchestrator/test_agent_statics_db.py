@@ -7,13 +7,13 @@ from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import delete, func, update
+from sqlalchemy import delete, func, insert, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus
-from sokovan.db.models import Agent
-from sokovan.orchestrator.provisioner.agent_statics import AgentStatics
+from sokovan.db.models import Agent, ScalingGroup
+from sokovan.orchestrator.provisioner.agent_statics import _AGENTS, AgentStatics
 from sokovan.orchestrator.provisioner.selectors import scoring
 from sokovan.orchestrator.provisioner.snapshot import AgentSnapshot, ScalingGroupSnapshot
 from tests.orchestrator.db_seed import Seed
@@ -39,7 +39,7 @@ async def test_capacity_and_images_are_parsed_again_only_when_they_change(engine
         "a1": ("READY", Decimal(4), ["python:3", "shell"]),
         "a2": ("READY", Decimal(8), ["python:3", "shell"]),
     }
-    assert statements == 2  # the digests, then the columns of the agents never seen
+    assert statements == 2  # the version tokens and agents, then the columns of the agents never seen
     got_again, statements = await _read(engine, cache)
     assert (got_again, statements) == (got, 1)
     # A status change needs no parse; a new capacity or image list is parsed again.
@@ -140,3 +140,79 @@ async def test_agents_of_one_shape_share_their_capacity_and_the_index_looks_at_i
     need = SimpleNamespace(resources=ResourceSlots({"cpu": Decimal(1)}))
     order = [a.id for a in index.walk(need, descending=False)]  # type: ignore[arg-type]
     assert order == ["a1", "a2", "a4", "a3"]
+
+
+async def _tokens(engine: AsyncEngine) -> dict[str, str]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(text("SELECT scaling_group, CAST(version AS TEXT) FROM agent_set_versions"))
+        return {g: v for g, v in rows}
+
+
+async def test_the_version_token_changes_at_the_writers_commit_and_only_for_what_placement_reads(
+    engine: AsyncEngine,
+) -> None:
+    seed = await Seed(engine).tenancy()
+    await seed.agent("a1", cpu=4)
+    async with engine.begin() as conn:
+        await conn.execute(insert(ScalingGroup).values(name="other"))
+    before = await _tokens(engine)
+    assert set(before) == {"default"}
+    # A heartbeat's own columns, and a write of the same values, change nothing.
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(Agent).values(
+                last_heartbeat_at=func.now(), heartbeat_seq=Agent.heartbeat_seq + 1, status="READY"
+            )
+        )
+    assert await _tokens(engine) == before
+    # A change is seen by others only with the writer's commit: a reader in between keeps the list
+    # it had, and reads the agents again once the change is committed.
+    cache = AgentStatics()
+    async with engine.connect() as conn:
+        await cache.read(conn, ["default"])
+    async with engine.connect() as writer:
+        await writer.execute(update(Agent).where(Agent.id == "a1").values(status="DEGRADED"))
+        assert await _tokens(engine) == before
+        got, statements = await _read(engine, cache)
+        assert (got["a1"][0], statements) == ("READY", 1)
+        await writer.commit()
+    changed = await _tokens(engine)
+    assert changed["default"] != before["default"]
+    got, statements = await _read(engine, cache)
+    assert (got["a1"][0], statements) == ("DEGRADED", 1)
+    # Moving an agent to another group changes both groups' tokens.
+    async with engine.begin() as conn:
+        await conn.execute(update(Agent).where(Agent.id == "a1").values(scaling_group="other"))
+    moved = await _tokens(engine)
+    assert moved["default"] != changed["default"] and "other" in moved
+    assert (await _read(engine, cache))[0] == {}
+    # Emptying the table (as the tests' fixture does) changes every token.
+    async with engine.begin() as conn:
+        await conn.execute(text("TRUNCATE agents CASCADE"))
+    assert all(moved[g] != v for g, v in (await _tokens(engine)).items())
+
+
+async def test_an_unchanged_fleet_is_an_index_probe_and_the_agents_are_never_scanned(
+    engine: AsyncEngine,
+) -> None:
+    seed = await Seed(engine).tenancy()
+    for i in range(3):
+        await seed.agent(f"a{i}", cpu=4)
+    known = ",".join(f"{g}:{v}" for g, v in sorted((await _tokens(engine)).items()))
+    async with engine.connect() as conn:
+        plan = "\n".join(
+            await conn.scalars(
+                text(f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {_AGENTS.text}"),
+                {"groups": ["default"], "known": known},
+            )
+        )
+        other = "\n".join(
+            await conn.scalars(
+                text(f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {_AGENTS.text}"),
+                {"groups": ["default"], "known": "stale"},
+            )
+        )
+    # The agents' branch is gated by a one-time filter on the tokens: not run when they are known.
+    agents_scan = [line for line in plan.splitlines() if " on agents" in line]
+    assert agents_scan and all("never executed" in line for line in agents_scan), plan
+    assert any(" on agents" in line and "never executed" not in line for line in other.splitlines()), other

@@ -157,6 +157,18 @@ class Agent(Base):
     )
 
 
+class AgentSetVersion(Base):
+    """A token that changes (in the writer's transaction, at its commit) whenever any agent of the
+    scaling group is added, removed, or changes a column placement reads: status, schedulable, the
+    kernel limit, the group, or the capacity and images (`statics_fingerprint`). Written only by the
+    triggers of migration 0011; read by `provisioner.agent_statics` to know, in one index probe,
+    that the list it built last time is still the table's."""
+
+    __tablename__ = "agent_set_versions"
+    scaling_group: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[uuid.UUID] = mapped_column(nullable=False)
+
+
 class Session(Base):
     __tablename__ = "sessions"
     __table_args__ = (

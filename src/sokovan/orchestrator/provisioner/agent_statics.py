@@ -12,9 +12,12 @@ What a snapshot holds is exactly what the table holds at the read. Agents of one
 capacity and images) share the parsed objects.
 
 Most cycles find no agent changed at all (heartbeats do not touch what is read here), so the read
-first compares a digest of every agent's row, computed by PostgreSQL, with the one behind the list
-built last time: when they are equal the statement returns that one row and the list is reused;
-when not, the same statement returns the agents' rows."""
+first compares the groups' version tokens (`agent_set_versions`, which triggers on `agents` change
+in the writer's own transaction whenever an agent is added, removed, or changes a column read
+here) with the ones behind the list built last time: when they are equal the statement returns
+that one row and the list is reused; when not, the same statement returns the agents' rows. (The
+tokens replaced a digest PostgreSQL computed over every agent's row at every cycle: 4 ms of its
+CPU per placement cycle on a fleet of a thousand.)"""
 
 from __future__ import annotations
 
@@ -53,21 +56,26 @@ _MAX_LISTS = 64  # sets of scaling groups whose lists are kept
 _MAX_SHAPES = 4096  # distinct (capacity, images) pairs kept for sharing
 Shape = tuple[tuple[tuple[str, Decimal], ...], frozenset[str]]
 
-# The agents of some scaling groups with their fingerprints, and the digest of all of them: only the
-# digest (one row, the agents' columns null) when it is the one the caller knows.
+# The version tokens of some scaling groups' agents (`agent_set_versions`, changed by triggers with
+# every write to what placement reads) and, only when they are not the ones the caller knows, the
+# agents themselves with their fingerprints: one statement, so the tokens and the rows are of one
+# snapshot. An unchanged fleet costs an index probe; the agents' branch is not run at all (its
+# filter on the tokens is a one-time filter).
 _AGENTS = text(
     """
-    WITH a AS (
-        SELECT id, scaling_group, status, schedulable, max_kernels,
-               statics_fingerprint AS fingerprint
-        FROM agents WHERE scaling_group = ANY(:groups)
-    ), d AS (
-        SELECT md5(string_agg(concat_ws('|', id, scaling_group, status, schedulable,
-                                        coalesce(CAST(max_kernels AS TEXT), '-'), fingerprint),
-                              ',' ORDER BY id)) AS digest
-        FROM a
+    WITH v AS MATERIALIZED (
+        SELECT coalesce(string_agg(scaling_group || ':' || CAST(version AS TEXT), ','
+                                   ORDER BY scaling_group), '') AS digest
+        FROM agent_set_versions WHERE scaling_group = ANY(:groups)
     )
-    SELECT d.digest, a.* FROM d LEFT JOIN a ON d.digest IS DISTINCT FROM :known ORDER BY a.id
+    SELECT v.digest, CAST(NULL AS TEXT) AS id, CAST(NULL AS TEXT) AS scaling_group,
+           CAST(NULL AS TEXT) AS status, CAST(NULL AS BOOLEAN) AS schedulable,
+           CAST(NULL AS INTEGER) AS max_kernels, CAST(NULL AS TEXT) AS fingerprint
+    FROM v
+    UNION ALL
+    SELECT NULL, id, scaling_group, status, schedulable, max_kernels, statics_fingerprint
+    FROM agents WHERE scaling_group = ANY(:groups) AND (SELECT digest FROM v) IS DISTINCT FROM :known
+    ORDER BY id NULLS FIRST
     """
 )
 
@@ -78,17 +86,17 @@ class AgentStatics:
 
     def __init__(self) -> None:
         self._by_id: dict[str, Statics] = {}
-        self._lists: dict[tuple[str, ...], tuple[str, list[AgentRead]]] = {}
+        self._lists: dict[tuple[str, ...], tuple[str | None, list[AgentRead]]] = {}
         self._shapes: dict[Shape, tuple[ResourceSlots, frozenset[str]]] = {}
 
     async def read(self, conn: AsyncConnection, scaling_groups: Sequence[str]) -> list[AgentRead]:
         """The agents of `scaling_groups`, by id: one statement when nothing changed, two when an
         agent's capacity or images did."""
         key = tuple(sorted(scaling_groups))
-        known, last = self._lists.get(key, ("", []))
+        known, last = self._lists.get(key, (None, []))
         result = await conn.execute(_AGENTS, {"groups": list(key), "known": known})
         found = result.all()
-        digest = (found[0].digest or "") if found else ""
+        digest = next((r.digest for r in found if r.id is None), "")
         rows = [r for r in found if r.id is not None]
         if not rows and digest == known:
             return list(last)
