@@ -8,7 +8,7 @@ import uuid
 import redis.asyncio as aioredis
 
 from sokovan.bus.streams import EventConsumer, EventPublisher, stream_key
-from sokovan.common.events import AgentEvent, KernelRunning
+from sokovan.common.events import AgentEvent, AgentHeartbeat, KernelRunning
 from sokovan.common.settings import Settings
 
 
@@ -142,3 +142,85 @@ async def test_every_read_is_reported_and_one_that_applies_nothing_as_a_failure(
     except Exception:
         pass
     assert reports == [False]
+
+
+def beat(agent: str, seq: int) -> AgentHeartbeat:
+    return AgentHeartbeat(
+        agent_id=agent, seq=seq, boot_id="b", available_slots={"cpu": "4"}, images=[], rpc_addr="x:1"
+    )
+
+
+async def test_heartbeats_wait_for_one_write_while_other_events_are_applied_at_once(
+    redis: aioredis.Redis, settings: Settings
+) -> None:
+    prefix = own_prefix(settings)
+    secret = settings.cluster_secret or ""
+    publisher = EventPublisher(redis, prefix, secret)
+    calls: list[list[str]] = []
+    pending_at_call: list[int] = []
+    reads: list[bool] = []
+
+    async def handler(events: list[AgentEvent]) -> None:
+        pending_at_call.append((await redis.xpending(stream_key(prefix), "managers"))["pending"])
+        calls.append([e.name for e in events])
+
+    stop = asyncio.Event()
+    consumer = EventConsumer(
+        redis, prefix, secret, "c1", handler, block_ms=50, beat_window=0.5, on_read=reads.append
+    )
+    await consumer.ensure_group()
+    task = asyncio.create_task(consumer.run(stop))
+    try:
+        for n in range(4):  # read one by one: each beat alone in its read
+            await publisher.publish(beat(f"a{n}", 1))
+            await asyncio.sleep(0.06)
+        await publisher.publish(running(1))
+        for _ in range(100):
+            if calls == [["kernel.running"]]:
+                break
+            await asyncio.sleep(0.01)
+        # The kernel event did not wait; the beats it overtook are still held, unacknowledged.
+        assert calls == [["kernel.running"]]
+        assert (await redis.xpending(stream_key(prefix), "managers"))["pending"] == 4
+        for _ in range(200):
+            if len(calls) == 2 and (await redis.xpending(stream_key(prefix), "managers"))["pending"] == 0:
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+    # One write for the four beats, in the order they were read, acknowledged after it.
+    assert calls == [["kernel.running"], ["agent.heartbeat"] * 4]
+    assert pending_at_call[1] == 4
+    assert reads and all(reads)
+
+
+async def test_held_heartbeats_that_cannot_be_written_stay_pending_and_are_reported(
+    redis: aioredis.Redis, settings: Settings
+) -> None:
+    prefix = own_prefix(settings)
+    secret = settings.cluster_secret or ""
+    publisher = EventPublisher(redis, prefix, secret)
+    reads: list[bool] = []
+
+    async def handler(events: list[AgentEvent]) -> None:
+        raise ConnectionRefusedError("PostgreSQL away")
+
+    stop = asyncio.Event()
+    consumer = EventConsumer(
+        redis, prefix, secret, "c1", handler, block_ms=50, beat_window=0.05, on_read=reads.append
+    )
+    await consumer.ensure_group()
+    task = asyncio.create_task(consumer.run(stop))
+    try:
+        await publisher.publish(beat("a1", 1))
+        for _ in range(200):
+            if False in reads:
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+    # The failed write is reported as a read that applied nothing (as an unwritten beat read alone was).
+    assert False in reads
+    assert (await redis.xpending(stream_key(prefix), "managers"))["pending"] == 1

@@ -15,6 +15,13 @@ cluster-wide, as the managers of a group share the stream: `SET <prefix>:bus:non
 <entry id> NX GET EX ...` for the whole read in one pipeline; the entry id as value lets the same
 entry, delivered again after a failed handler, pass. Refused entries are acknowledged (they
 would only fail again), logged, and counted in `sokovan_bus_messages_refused_total{reason}`.
+
+Heartbeats wait (`beat_window`): a fleet's beats arrive one by one, and a read that held one beat
+cost a transaction of four round trips; the consumer keeps the beats of its reads for that long and
+applies them together, then acknowledges them (a crash before that leaves them pending, to be
+claimed like any other). Every other event is applied as soon as it is read: sessions wait on
+kernel events, and an agent's liveness is judged over seconds. A read whose events were all
+heartbeats reports to `on_read` when they are applied, not before.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import structlog
 from pydantic import BaseModel
 from redis.exceptions import ResponseError
 
-from sokovan.common.events import AgentEvent, BadEvent, SealedEvent, encode_event, open_event
+from sokovan.common.events import AgentEvent, AgentHeartbeat, BadEvent, SealedEvent, encode_event, open_event
 from sokovan.common.metrics import BUS_REFUSED
 from sokovan.common.signing import SKEW, within_skew
 
@@ -121,6 +128,7 @@ class EventConsumer:
         block_ms: int = 1000,
         claim_idle_ms: int = 30_000,
         on_read: Callable[[bool], None] | None = None,
+        beat_window: float = 0.0,
     ) -> None:
         self._redis = redis
         self._claim_nonces = redis.register_script(_CLAIM_NONCES)
@@ -133,6 +141,9 @@ class EventConsumer:
         self._block_ms = block_ms
         self._claim_idle_ms = claim_idle_ms
         self._on_read = on_read or (lambda ok: None)
+        self._beat_window = beat_window
+        self._beats: list[tuple[Any, AgentEvent]] = []  # read, not yet applied (entry id, beat)
+        self._beat_flush: asyncio.Task[None] | None = None
 
     async def ensure_group(self) -> None:
         try:
@@ -149,6 +160,8 @@ class EventConsumer:
         except Exception:  # an outage (restarted by its supervisor) or a fault: reads broke off
             self._on_read(False)
             raise
+        if self._beat_flush is not None:  # stopping: what was read is applied, not left pending
+            await self._beat_flush
 
     async def _run(self, stop: asyncio.Event) -> None:
         await self.ensure_group()
@@ -164,10 +177,12 @@ class EventConsumer:
                     await self.ensure_group()
                     continue
                 raise
-            ok = True
+            ok: bool | None = True
             for _stream, entries in reply or []:
-                ok = await self._dispatch(entries) and ok
-            self._on_read(ok)
+                applied = await self._dispatch(entries)
+                ok = applied if ok is None else ok if applied is None else ok and applied
+            if ok is not None:
+                self._on_read(ok)
             now = asyncio.get_running_loop().time()
             if now - last_claim > self._claim_idle_ms / 1000:
                 await self._claim_stale()
@@ -185,8 +200,9 @@ class EventConsumer:
             if not entries or start in (b"0-0", "0-0"):
                 return
 
-    async def _dispatch(self, entries: list[tuple[Any, dict[Any, Any]]]) -> bool:
-        """Apply `entries`; False when there were events and none of them could be applied."""
+    async def _dispatch(self, entries: list[tuple[Any, dict[Any, Any]]]) -> bool | None:
+        """Apply `entries` (heartbeats later, see `beat_window`); False when there were events to
+        apply now and none of them could be, None when every event waits with the heartbeats."""
         ids: list[Any] = []
         events: list[AgentEvent] = []
         done: list[Any] = []
@@ -217,19 +233,55 @@ class EventConsumer:
                     entry_id, "replayed", f"nonce {sealed.nonce} seen already", sealed.event.agent_id
                 )
                 done.append(entry_id)
-        applied = not events
-        if events:
-            if await self._handle(events):
-                done.extend(ids)
-                applied = True
-            else:
-                for entry_id, event in zip(ids, events, strict=True):
-                    if await self._handle([event], tries=1):
-                        done.append(entry_id)
-                        applied = True
+        if self._beat_window > 0:
+            beats: list[tuple[Any, AgentEvent]] = [
+                (i, e) for i, e in zip(ids, events, strict=True) if isinstance(e, AgentHeartbeat)
+            ]
+            if beats:
+                self._hold(beats)
+                now_ids = [i for i, e in zip(ids, events, strict=True) if not isinstance(e, AgentHeartbeat)]
+                events = [e for e in events if not isinstance(e, AgentHeartbeat)]
+                ids = now_ids
+                if not events and not done:
+                    return None
+        applied, acked = await self._apply(ids, events)
+        done.extend(acked)
         if done:
             await self._redis.xack(self._key, GROUP, *done)
         return applied
+
+    async def _apply(self, ids: list[Any], events: list[AgentEvent]) -> tuple[bool, list[Any]]:
+        """Run the handler on `events` (the entries `ids`): whether any was applied (True when
+        there were none) and the entries to acknowledge. A batch that fails is tried event by event."""
+        if not events:
+            return True, []
+        if await self._handle(events):
+            return True, list(ids)
+        acked = [i for i, e in zip(ids, events, strict=True) if await self._handle([e], tries=1)]
+        return bool(acked), acked
+
+    def _hold(self, beats: list[tuple[Any, AgentEvent]]) -> None:
+        self._beats.extend(beats)
+        if self._beat_flush is None:
+            self._beat_flush = asyncio.create_task(self._flush_beats())
+
+    async def _flush_beats(self) -> None:
+        """After `beat_window`, apply the held heartbeats (in the order they were read), then
+        acknowledge them; beats that could not be applied stay pending and are claimed later."""
+        try:
+            while self._beats:
+                await asyncio.sleep(self._beat_window)
+                held, self._beats = self._beats, []
+                try:
+                    applied, acked = await self._apply([i for i, _ in held], [e for _, e in held])
+                    if acked:
+                        await self._redis.xack(self._key, GROUP, *acked)
+                except Exception:  # Redis away for the acknowledgement: they stay pending
+                    log.warning("event.heartbeats_not_acknowledged", count=len(held), exc_info=True)
+                    applied = False
+                self._on_read(applied)
+        finally:
+            self._beat_flush = None
 
     async def _first_seen(self, signed: list[tuple[Any, SealedEvent, float]], now: float) -> list[bool]:
         """Whether each entry is the first to carry its nonce (or that entry again), in one round trip.
