@@ -36,6 +36,7 @@ from sokovan.db.models import (
 )
 from sokovan.orchestrator.provisioner.agent_statics import AGENT_STATICS
 from sokovan.orchestrator.provisioner.snapshot import (
+    NOTHING,
     AgentSnapshot,
     Candidate,
     Hold,
@@ -96,18 +97,19 @@ async def load_snapshots(
     _, _, (occupied, counts), statics, groups, *_ = await run.all(first)
     agents_by_sg: dict[str, list[AgentSnapshot]] = {n: [] for n in names}
     # A thousand agents are read every placement cycle: their capacity and images are parsed
-    # once per change (`agent_statics`).
+    # once per change (`agent_statics`), and each snapshot is built positionally.
+    occupied_of, count_of = occupied.get, counts.get
     for a in statics:
         agents_by_sg[a.scaling_group].append(
             AgentSnapshot(
-                id=a.id,
-                status=a.status,
-                schedulable=a.schedulable,
-                available=a.statics.available,
-                occupied=occupied.get(a.id, ResourceSlots()),
-                kernel_count=counts.get(a.id, 0),
-                max_kernels=a.max_kernels,
-                images=a.statics.images,
+                a.id,
+                a.status,
+                a.schedulable,
+                a.statics.available,
+                occupied_of(a.id, NOTHING),
+                count_of(a.id, 0),
+                a.max_kernels,
+                a.statics.images,
             )
         )
     out: dict[str, ScalingGroupSnapshot] = {}

@@ -26,8 +26,10 @@ from sokovan.state.quota import Quota
 from sokovan.state.session_reads import SessionWithKernels
 
 
-@dataclass
+@dataclass(slots=True)
 class AgentSnapshot:
+    # A placement cycle builds one per agent of its groups (a thousand): slotted, built
+    # positionally, with `NOTHING` for the agents that hold nothing.
     id: str
     status: AgentStatus
     schedulable: bool
@@ -121,6 +123,8 @@ class Nomination:
 
 
 _ZERO = Decimal(0)
+# What an agent without live kernels occupies: shared, as slots are never changed in place.
+NOTHING = ResourceSlots()
 
 
 @dataclass(frozen=True)
