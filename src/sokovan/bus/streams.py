@@ -177,12 +177,10 @@ class EventConsumer:
                     await self.ensure_group()
                     continue
                 raise
-            ok: bool | None = True
-            for _stream, entries in reply or []:
-                applied = await self._dispatch(entries)
-                ok = applied if ok is None else ok if applied is None else ok and applied
-            if ok is not None:
-                self._on_read(ok)
+            results = [await self._dispatch(entries) for _stream, entries in reply or []]
+            decided = [applied for applied in results if applied is not None]
+            if decided or not results:  # an empty read got through; held beats report later
+                self._on_read(all(decided))
             now = asyncio.get_running_loop().time()
             if now - last_claim > self._claim_idle_ms / 1000:
                 await self._claim_stale()
