@@ -172,7 +172,26 @@ class AgentSetVersion(Base):
 class Session(Base):
     __tablename__ = "sessions"
     __table_args__ = (
-        UniqueConstraint("access_key", "creation_id"),
+        # A session moves through a dozen statuses, each move a new row version that every index
+        # not partial to it takes an entry for (status is indexed: no HOT update). The columns most
+        # sessions leave empty are indexed only where they are set (migration 0012).
+        Index(
+            "uq_sessions_access_key_creation_id",
+            "access_key",
+            "creation_id",
+            unique=True,
+            postgresql_where=column("creation_id").is_not(None),
+        ),
+        Index(
+            "ix_sessions_parent_session_id",
+            "parent_session_id",
+            postgresql_where=column("parent_session_id").is_not(None),
+        ),
+        Index(
+            "ix_sessions_deployment_id",
+            "deployment_id",
+            postgresql_where=column("deployment_id").is_not(None),
+        ),
         Index("ix_sessions_status_sg", "status", "scaling_group"),
         Index("ix_sessions_access_key_created", "access_key", "created_at"),
         # Retention picks the oldest ended sessions.
@@ -212,17 +231,13 @@ class Session(Base):
     phase_attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     created_at: Mapped[dt.datetime] = created_at_column()
     terminated_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
-    parent_session_id: Mapped[uuid.UUID | None] = mapped_column(
-        ForeignKey("sessions.id"), nullable=True, index=True
-    )
+    parent_session_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("sessions.id"), nullable=True)
     retry_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     max_retries: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     retry_policy: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
     retry_cause: Mapped[str | None] = mapped_column(String(32), nullable=True)
     # A replica of a deployment (an inference session the deployment coordinator created).
-    deployment_id: Mapped[uuid.UUID | None] = mapped_column(
-        ForeignKey("deployments.id"), nullable=True, index=True
-    )
+    deployment_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("deployments.id"), nullable=True)
 
 
 class Kernel(Base):

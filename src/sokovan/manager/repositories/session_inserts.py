@@ -91,7 +91,7 @@ _INSERT = text(
                preemptible, :pending, max_retries, retry_policy, deployment_id
         FROM r
         ORDER BY access_key, creation_id  -- one order for every batch: no deadlock on the key
-        ON CONFLICT (access_key, creation_id) DO NOTHING
+        ON CONFLICT (access_key, creation_id) WHERE creation_id IS NOT NULL DO NOTHING
         RETURNING id, created_at, status_changed_at
     ),
     k AS (

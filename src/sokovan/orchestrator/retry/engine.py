@@ -220,7 +220,10 @@ class RetryCoordinator:
                 retry_policy=parent.retry_policy,
                 retry_cause=cause,
             )
-            .on_conflict_do_nothing(index_elements=[Session.access_key, Session.creation_id])
+            .on_conflict_do_nothing(
+                index_elements=[Session.access_key, Session.creation_id],
+                index_where=Session.creation_id.is_not(None),
+            )
             .returning(Session.id)
         )
         if inserted.first() is None:
