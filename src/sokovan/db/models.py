@@ -1,5 +1,6 @@
 """The core schema: tenancy, keypairs and policies, scaling groups, agents, sessions, kernels,
-dependencies, scheduling history, the audit log, and deployments with their routes and history.
+dependencies, scheduling history and the audit log; deployments with their routes and history are in
+`serving_models` (re-exported here).
 
 Resource slots are JSONB objects of slot name → decimal string. An agent's `occupied_slots` is
 not stored: it is derived from the kernels that hold slots on it (see `repositories.agents`), so
@@ -29,13 +30,15 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from sokovan.common.types import EndpointLifecycle
 from sokovan.db import retry_rows
-from sokovan.db.base import Base, created_at_column
+from sokovan.db.base import EMPTY_JSON, Base, HandlerRun, created_at_column
+from sokovan.db.serving_models import Deployment as Deployment
+from sokovan.db.serving_models import DeploymentHistory as DeploymentHistory
+from sokovan.db.serving_models import Route as Route
+from sokovan.db.serving_models import RouteHistory as RouteHistory
 
 SLOTS = JSONB
 STATICS_FINGERPRINT = "md5(CAST(available_slots AS TEXT) || '|' || CAST(images AS TEXT))"
-EMPTY_JSON = text("'{}'::jsonb")
 EMPTY_LIST = text("'[]'::jsonb")
 
 
@@ -271,16 +274,6 @@ class SessionDependency(Base):
     )
 
 
-class HandlerRun:
-    """The columns every history table shares: which handler ran, its outcome, from → to."""
-
-    handler: Mapped[str] = mapped_column(String(64), nullable=False)
-    result: Mapped[str] = mapped_column(String(16), nullable=False)
-    from_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    to_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    message: Mapped[str | None] = mapped_column(Text, nullable=True)
-
-
 class SessionSchedulingHistory(HandlerRun, Base):
     __tablename__ = "session_scheduling_history"
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -316,83 +309,6 @@ class AuditLog(Base):
     action: Mapped[str] = mapped_column(String(64), nullable=False)
     target: Mapped[str | None] = mapped_column(String(256), nullable=True)
     detail: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default=EMPTY_JSON)
-    created_at: Mapped[dt.datetime] = created_at_column()
-
-
-class Deployment(Base):
-    """A deployment keeps `replicas` replicas of an HTTP service alive (EndpointLifecycle status).
-
-    `definition` is what its type's generator produced (image, command, environ, resources,
-    health_check); `replica_seq` numbers the replicas it ever created, so each has one creation key.
-    A name is unique among deployments that are not DESTROYED.
-    """
-
-    __tablename__ = "deployments"
-    __table_args__ = (
-        Index(
-            "uq_deployments_live_name",
-            "name",
-            unique=True,
-            postgresql_where=column("status") != EndpointLifecycle.DESTROYED.value,
-        ),
-        Index("ix_deployments_status", "status"),
-    )
-    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
-    name: Mapped[str] = mapped_column(String(40), nullable=False)
-    type: Mapped[str] = mapped_column(String(16), nullable=False)
-    access_key: Mapped[str] = mapped_column(ForeignKey("keypairs.access_key"), nullable=False)
-    user_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("users.id"), nullable=False)
-    project_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("projects.id"), nullable=False)
-    domain_name: Mapped[str] = mapped_column(ForeignKey("domains.name"), nullable=False)
-    scaling_group: Mapped[str] = mapped_column(ForeignKey("scaling_groups.name"), nullable=False)
-    replicas: Mapped[int] = mapped_column(Integer, nullable=False)
-    definition: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
-    health_check: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
-    replica_seq: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
-    status: Mapped[str] = mapped_column(String(16), nullable=False)
-    status_info: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default=EMPTY_JSON)
-    status_changed_at: Mapped[dt.datetime] = created_at_column()
-    created_at: Mapped[dt.datetime] = created_at_column()
-    destroyed_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
-
-
-class Route(Base):
-    """One replica's entry in the routing table (RouteStatus) and its last known health."""
-
-    __tablename__ = "routes"
-    __table_args__ = (Index("ix_routes_deployment_status", "deployment_id", "status"),)
-    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
-    deployment_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("deployments.id", ondelete="CASCADE"), nullable=False
-    )
-    session_id: Mapped[uuid.UUID | None] = mapped_column(
-        ForeignKey("sessions.id"), nullable=True, unique=True
-    )
-    status: Mapped[str] = mapped_column(String(16), nullable=False, index=True)
-    status_info: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default=EMPTY_JSON)
-    endpoint: Mapped[str | None] = mapped_column(String(256), nullable=True)
-    # consecutive_successes, consecutive_failures, last_checked_at, last_status (from the proxy)
-    health: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default=EMPTY_JSON)
-    status_changed_at: Mapped[dt.datetime] = created_at_column()
-    created_at: Mapped[dt.datetime] = created_at_column()
-    terminated_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
-
-
-class DeploymentHistory(HandlerRun, Base):
-    __tablename__ = "deployment_history"
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    deployment_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("deployments.id", ondelete="CASCADE"), nullable=False, index=True
-    )
-    created_at: Mapped[dt.datetime] = created_at_column()
-
-
-class RouteHistory(HandlerRun, Base):
-    __tablename__ = "route_history"
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    route_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("routes.id", ondelete="CASCADE"), nullable=False, index=True
-    )
     created_at: Mapped[dt.datetime] = created_at_column()
 
 
