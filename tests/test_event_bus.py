@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 
 import redis.asyncio as aioredis
 
@@ -144,6 +146,19 @@ async def test_every_read_is_reported_and_one_that_applies_nothing_as_a_failure(
     assert reports == [False]
 
 
+@contextlib.asynccontextmanager
+async def consuming(consumer: EventConsumer) -> AsyncIterator[None]:
+    """`consumer` reading in the background for the block, stopped (its held beats flushed) after."""
+    stop = asyncio.Event()
+    await consumer.ensure_group()
+    task = asyncio.create_task(consumer.run(stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+
 def beat(agent: str, seq: int) -> AgentHeartbeat:
     return AgentHeartbeat(
         agent_id=agent, seq=seq, boot_id="b", available_slots={"cpu": "4"}, images=[], rpc_addr="x:1"
@@ -164,13 +179,10 @@ async def test_heartbeats_wait_for_one_write_while_other_events_are_applied_at_o
         pending_at_call.append((await redis.xpending(stream_key(prefix), "managers"))["pending"])
         calls.append([e.name for e in events])
 
-    stop = asyncio.Event()
     consumer = EventConsumer(
         redis, prefix, secret, "c1", handler, block_ms=50, beat_window=2.0, on_read=reads.append
     )
-    await consumer.ensure_group()
-    task = asyncio.create_task(consumer.run(stop))
-    try:
+    async with consuming(consumer):
         for n in range(4):  # most likely read one by one, each beat in a read of its own
             await publisher.publish(beat(f"a{n}", 1))
             await asyncio.sleep(0.06)
@@ -188,9 +200,6 @@ async def test_heartbeats_wait_for_one_write_while_other_events_are_applied_at_o
             if len(calls) == 2 and (await redis.xpending(stream_key(prefix), "managers"))["pending"] == 0:
                 break
             await asyncio.sleep(0.02)
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 5)
     # One write for the four beats, in the order they were read, acknowledged after it.
     assert calls == [["kernel.running"], ["agent.heartbeat"] * 4]
     assert pending_at_call[1] == 4
@@ -208,21 +217,15 @@ async def test_held_heartbeats_that_cannot_be_written_stay_pending_and_are_repor
     async def handler(events: list[AgentEvent]) -> None:
         raise ConnectionRefusedError("PostgreSQL away")
 
-    stop = asyncio.Event()
     consumer = EventConsumer(
         redis, prefix, secret, "c1", handler, block_ms=50, beat_window=0.05, on_read=reads.append
     )
-    await consumer.ensure_group()
-    task = asyncio.create_task(consumer.run(stop))
-    try:
+    async with consuming(consumer):
         await publisher.publish(beat("a1", 1))
         for _ in range(200):
             if False in reads:
                 break
             await asyncio.sleep(0.02)
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 5)
     # The failed write is reported as a read that applied nothing (as an unwritten beat read alone was).
     assert False in reads
     assert (await redis.xpending(stream_key(prefix), "managers"))["pending"] == 1

@@ -232,14 +232,13 @@ class EventConsumer:
                 )
                 done.append(entry_id)
         if self._beat_window > 0:
-            beats: list[tuple[Any, AgentEvent]] = [
-                (i, e) for i, e in zip(ids, events, strict=True) if isinstance(e, AgentHeartbeat)
-            ]
+            beats: list[tuple[Any, AgentEvent]] = []
+            urgent: list[tuple[Any, AgentEvent]] = []
+            for pair in zip(ids, events, strict=True):
+                (beats if isinstance(pair[1], AgentHeartbeat) else urgent).append(pair)
             if beats:
                 self._hold(beats)
-                now_ids = [i for i, e in zip(ids, events, strict=True) if not isinstance(e, AgentHeartbeat)]
-                events = [e for e in events if not isinstance(e, AgentHeartbeat)]
-                ids = now_ids
+                ids, events = [i for i, _ in urgent], [e for _, e in urgent]
                 if not events and not done:
                     return None
         applied, acked = await self._apply(ids, events)
