@@ -26,11 +26,12 @@ LOG_CAP = 64 * 1024
 WORK_DIR_CAP = 1024 * 1024
 
 
-@pytest.fixture
-async def bounded(settings: Settings, tmp_path: Path) -> AsyncIterator[AgentDaemon]:
-    """An agent with small caps, housekeeping every 0.2 s and no retention."""
-    options = IsolationOptions(max_log_bytes=LOG_CAP, max_work_dir_bytes=WORK_DIR_CAP, keep_ended_kernels=0)
-    config = AgentConfig(
+def bounded_config(tmp_path: Path, keep_ended_kernels: float) -> AgentConfig:
+    """An agent with small caps and housekeeping every 0.2 s."""
+    options = IsolationOptions(
+        max_log_bytes=LOG_CAP, max_work_dir_bytes=WORK_DIR_CAP, keep_ended_kernels=keep_ended_kernels
+    )
+    return AgentConfig(
         agent_id=f"bounds-{uuid.uuid4().hex[:8]}",
         rpc_port=0,
         work_dir=reachable(tmp_path / "work"),
@@ -39,7 +40,16 @@ async def bounded(settings: Settings, tmp_path: Path) -> AsyncIterator[AgentDaem
         isolation=options,
         housekeeping_interval=0.2,
     )
-    daemon = AgentDaemon(settings, config)
+
+
+@pytest.fixture(params=[60.0], ids=["kept"])
+async def bounded(
+    settings: Settings, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[AgentDaemon]:
+    """By default an ended kernel's directory is kept a minute, so that its logs can be read after its
+    end whatever the load (with no retention, the 0.2 s sweep may remove them before the test reads
+    them); the retention test asks for none."""
+    daemon = AgentDaemon(settings, bounded_config(tmp_path, float(request.param)))
     await daemon.start()
     yield daemon
     await daemon.stop()
@@ -113,6 +123,7 @@ async def test_a_work_dir_past_its_cap_ends_the_kernel_with_sigxfsz(
         assert f"work directory grew past {WORK_DIR_CAP} bytes" in logs.stderr
 
 
+@pytest.mark.parametrize("bounded", [0.0], ids=["no-retention"], indirect=True)
 async def test_an_ended_kernels_directory_is_removed_after_the_retention(
     bounded: AgentDaemon, bounded_events: AgentEvents, client: AgentRPCClient
 ) -> None:
