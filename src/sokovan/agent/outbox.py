@@ -33,6 +33,7 @@ import structlog
 from pydantic import BaseModel
 from redis.exceptions import RedisError
 
+from sokovan.agent import answers
 from sokovan.bus.streams import MAXLEN, stream_key
 from sokovan.common.events import KERNEL_EVENT_TYPES, AgentHeartbeat, AgentStopping, seal
 
@@ -132,6 +133,7 @@ class EventOutbox:
     def emit(self, event: BaseModel) -> None:
         if self._dropper is not None and self._dropper.drops(event):
             return
+        answers.note(event)
         name = str(getattr(event, "name", ""))
         self._pending.append((name, event.model_dump_json()))
         self._heartbeats += name == HEARTBEAT

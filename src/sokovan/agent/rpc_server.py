@@ -25,6 +25,7 @@ import structlog
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from sokovan.agent.answers import Answer, answering
 from sokovan.common.metrics import RPC_REPLAYS_REFUSED
 from sokovan.common.rpc import (
     AGENT_HEADER,
@@ -90,11 +91,24 @@ async def _ping(handlers: AgentRPCHandlers, body: bytes) -> dict[str, Any]:
 
 
 async def _check_and_pull(handlers: AgentRPCHandlers, body: bytes) -> BaseModel:
-    return await handlers.check_and_pull(CheckAndPullRequest.model_validate_json(body or b"{}"))
+    request = CheckAndPullRequest.model_validate_json(body or b"{}")
+    with answering() as answer:
+        response = await handlers.check_and_pull(request)
+    return _with_events(response, answer)
 
 
 async def _create_kernels(handlers: AgentRPCHandlers, body: bytes) -> BaseModel:
-    return await handlers.create_kernels(CreateKernelsRequest.model_validate_json(body or b"{}"))
+    request = CreateKernelsRequest.model_validate_json(body or b"{}")
+    with answering() as answer:
+        response = await handlers.create_kernels(request)
+    return _with_events(response, answer)
+
+
+def _with_events(response: AcceptedResponse, answer: Answer) -> AcceptedResponse:
+    """The answer with the kernel events the call emitted (`agent.answers`)."""
+    if answer.events:
+        response.events = answer.events
+    return response
 
 
 async def _destroy_kernels(handlers: AgentRPCHandlers, body: bytes) -> BaseModel:

@@ -128,6 +128,14 @@ KERNEL_EVENT_TYPES = (
 )
 
 
+def parse_event(data: object) -> AgentEvent | None:
+    """The event a JSON object (e.g. one an RPC answer carries) stands for; None when it is not one."""
+    try:
+        return _adapter.validate_python(data)
+    except ValueError:  # pydantic's ValidationError is one
+        return None
+
+
 class BadEvent(ValueError):
     """A bus message that is unsigned, wrongly signed or malformed; `reason` says which, for the
     refusal count ("signature", "time", "malformed")."""

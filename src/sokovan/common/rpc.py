@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from sokovan.common.preemption import MAX_GRACE_PERIOD
 from sokovan.common.signing import (
@@ -118,6 +118,18 @@ class LogsResponse(BaseModel):
 
 class AcceptedResponse(BaseModel):
     accepted: list[str] = Field(default_factory=list)
+    # The kernel events the call emitted (`check_and_pull`, `create_kernels`), as the bus carries
+    # them; they go out on the bus too (`agent.answers`). Raw objects: the manager validates each
+    # one on its own and trusts only those about the kernels it sent to the agent it called.
+    events: list[dict[str, Any]] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _without_no_events(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """An answer without events reads as it did before answers carried them."""
+        data: dict[str, Any] = handler(self)
+        if not data.get("events"):
+            data.pop("events", None)
+        return data
 
 
 class RPCError(Exception):

@@ -7,11 +7,14 @@ import asyncio
 import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
+from sokovan.common.events import KERNEL_EVENT_TYPES, parse_event
 from sokovan.common.rpc import KernelSpec
 from sokovan.orchestrator.hooks import hook_for
 from sokovan.orchestrator.schedule.handler import SessionResultT
 from sokovan.orchestrator.schedule.rpc_batches import Packed, pack, send_bisecting, too_large
+from sokovan.state.kernel_events import KernelEvent
 from sokovan.state.session_reads import KernelInfo, SessionWithKernels
 
 Target = tuple[str, str]  # (agent id, rpc address)
@@ -32,6 +35,22 @@ def kernel_spec(session: SessionWithKernels, kernel: KernelInfo) -> KernelSpec:
         cluster_role=kernel.cluster_role,
         cluster_idx=kernel.cluster_idx,
     )
+
+
+def answered(raw: Sequence[dict[str, Any]], agent_id: str, kernel_ids: set[str]) -> list[KernelEvent]:
+    """The kernel events an agent's answer carried (`agent.answers`) that may be applied: valid
+    ones, from the agent called, about the kernels sent to it; any other is dropped unread, as a
+    forged event on the bus would be refused."""
+    out: list[KernelEvent] = []
+    for data in raw:
+        event = parse_event(data)
+        if (
+            isinstance(event, KERNEL_EVENT_TYPES)
+            and event.agent_id == agent_id
+            and event.kernel_id in kernel_ids
+        ):
+            out.append(event)
+    return out
 
 
 Calls = Sequence["asyncio.Future[dict[uuid.UUID, str]]"]  # one session's calls (agent → failures)

@@ -14,22 +14,28 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.bus.hints import Hint
-from sokovan.bus.user_events import UserEventPublisher
+from sokovan.bus.user_events import UserEventPublisher, publish
+from sokovan.common.supervise import describe
 from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.locks import CycleLock
 from sokovan.orchestrator.schedule.event_promotions import promotions_for
 from sokovan.orchestrator.schedule.handler import SessionHandler
+from sokovan.orchestrator.schedule.handlers.lifecycle.call_agents import CallAgents
 from sokovan.orchestrator.schedule.handlers.promotion.promote_sessions import PromoteSessions
 from sokovan.orchestrator.schedule.sessions_kind import SessionKind
 from sokovan.orchestrator.spine.coordinator import Coordinator
 from sokovan.orchestrator.spine.result import HandlerResult
+from sokovan.state.kernel_events import KernelEvent, KernelEventApplier
 from sokovan.state.kernel_writes import KernelMove
 from sokovan.state.session_reads import SessionWithKernels, statuses_present
 from sokovan.state.session_writes import SessionTransition
 from sokovan.state.status_info import SessionStatusInfo
+
+log = structlog.get_logger(__name__)
 
 
 class ScheduleCoordinator(
@@ -45,6 +51,7 @@ class ScheduleCoordinator(
     ) -> None:
         lanes = handlers if isinstance(handlers, Mapping) else {"all": handlers}
         super().__init__(Hint.SCHEDULE, SessionKind(config), engine, lanes, lock, events)
+        self._kernel_events = KernelEventApplier(engine)
 
     def for_short_cycle(self, handler: SessionHandler) -> SessionHandler | None:
         """A hinted cycle leaves the promotions the event path follows to it (`Promotion.followed`):
@@ -63,6 +70,30 @@ class ScheduleCoordinator(
             return None
         async with self._reads.connect() as conn:
             return await statuses_present(conn, sorted(wanted))
+
+    async def run_handler(
+        self, handler: SessionHandler, entered: set[str] | None = None, landed: dict[Any, str] | None = None
+    ) -> bool:
+        moved = await super().run_handler(handler, entered, landed)
+        if isinstance(handler, CallAgents):
+            answers = handler.take_answers()
+            if answers:
+                moved |= await self.apply_answers(answers)
+        return moved
+
+    async def apply_answers(self, events: Sequence[KernelEvent]) -> bool:
+        """Apply the kernel events agents' answers carried (`agent.answers`), after the call's
+        transitions were written, and follow them as the bus's are followed; True when a session
+        moved. If this fails, nothing is lost: the same events arrive on the bus."""
+        try:
+            moves = await self._kernel_events.apply_many(events)
+            if not moves:
+                return False
+            await publish(self._events, [m.event() for m in moves])
+            return await self.follow_kernels(moves)
+        except Exception as exc:
+            log.warning("answers.apply_failed", events=len(events), error=describe(exc))
+            return False
 
     async def follow_kernels(self, moves: Sequence[KernelMove]) -> bool:
         """Run the promotions the kernels that just moved may complete, for their sessions only

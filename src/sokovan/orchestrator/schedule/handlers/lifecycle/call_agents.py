@@ -4,6 +4,11 @@
 with kernel events (pulling, prepared, image-pull-failed) and PromoteToPrepared moves on.
 `START_SESSIONS` (PREPARED → CREATING): agents start the kernels; they answer with kernel events
 (running, creation-failed, terminated) and PromoteToRunning moves on.
+The events a call caused come back in its answer too (`agent.answers`): the coordinator applies
+them right after it has written the cycle's transitions (`ScheduleCoordinator.apply_answers`), so
+a session whose image is there, or whose kernel starts at once, moves on within the lane's cycle
+instead of a trip over the bus later.
+
 A failed call is a failure of that stage (retried, then the session is rescheduled). The kernels
 for one agent go in calls that stay under its body limit; a session too large for one call fails
 alone, never the others of the batch.
@@ -22,10 +27,10 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from sokovan.common.rpc import AgentRPCClient, KernelSpec
+from sokovan.common.rpc import AcceptedResponse, AgentRPCClient, KernelSpec
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.config.cluster import Phase
-from sokovan.orchestrator.schedule.agent_calls import Items, Target, fan_out, kernel_spec
+from sokovan.orchestrator.schedule.agent_calls import Items, Target, answered, fan_out, kernel_spec
 from sokovan.orchestrator.schedule.handler import (
     KernelCondition,
     SessionHandler,
@@ -33,6 +38,7 @@ from sokovan.orchestrator.schedule.handler import (
     StatusTransitions,
     TransitionStatus,
 )
+from sokovan.state.kernel_events import KernelEvent
 from sokovan.state.session_reads import SessionWithKernels
 
 S, K = SessionStatus, KernelStatus
@@ -134,6 +140,7 @@ class CallAgents(SessionHandler):
         self._call = call
         self._rpc = rpc
         self.in_flight = InFlight(wake or (lambda: None))
+        self._answers: list[KernelEvent] = []
 
     async def execute(self, targets: Sequence[SessionWithKernels]) -> SessionResultT:
         result = SessionResultT()
@@ -143,9 +150,13 @@ class CallAgents(SessionHandler):
 
         async def send(target: Target, items: Items) -> object:
             agent_id, addr = target
-            return await self._call.method(self._rpc, addr, [specs[k.id] for _, k in items], agent_id)
+            sent = [specs[k.id] for _, k in items]
+            response = await self._call.method(self._rpc, addr, sent, agent_id)
+            if isinstance(response, AcceptedResponse) and response.events:
+                self._answers += answered(response.events, agent_id, {spec.kernel_id for spec in sent})
+            return response
 
-        answered = await fan_out(
+        outcome = await fan_out(
             fresh,
             lambda k: k.status == self._call.kernel,
             send,
@@ -153,6 +164,12 @@ class CallAgents(SessionHandler):
             wait=STRAGGLER_WAIT,
             late=self.in_flight.add,
         )
-        result.successes += answered.successes
-        result.failures.update(answered.failures)
+        result.successes += outcome.successes
+        result.failures.update(outcome.failures)
         return result
+
+    def take_answers(self) -> list[KernelEvent]:
+        """The kernel events the agents' answers carried since the last take (a late call's too),
+        for the coordinator to apply once it has written this cycle's transitions."""
+        answers, self._answers = self._answers, []
+        return answers

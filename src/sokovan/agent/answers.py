@@ -1,0 +1,60 @@
+"""The kernel events an RPC call caused, carried in its answer as well as on the bus.
+
+`check_and_pull` and `create_kernels` emit their kernels' events while the call runs (an image
+that is there is prepared at once, a hollow or process kernel runs at once). The manager waits
+for those events to move the session on; through the bus they cost a hop (the outbox's batch, the
+stream, the consumer's read, possibly the other manager worker). So the server runs these calls
+`answering()`: every event the call's task emits through the outbox (`note`, after the outbox's
+own dropper, so an event dropped on purpose is lost here too) is also put in the answer, and the
+manager applies it as soon as it has written the call's transitions. The bus copy still goes
+out, in emission order, and applying it later is a no-op (kernel events are guarded by the
+statuses they expect): the answer only makes an event arrive sooner, never in another order
+than the bus would have delivered it.
+
+An event is collected only from the call (a context variable: the task that runs it, and tasks it
+starts) and only while the call runs: a delayed pull that finishes after the answer went goes by
+the bus alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import BaseModel
+
+from sokovan.common.events import KERNEL_EVENT_TYPES
+
+
+class Answer:
+    """The events collected for one call's answer (JSON objects, as the bus would carry them)."""
+
+    __slots__ = ("events", "open")
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.open = True
+
+
+_ANSWER: contextvars.ContextVar[Answer | None] = contextvars.ContextVar("sokovan_rpc_answer", default=None)
+
+
+def note(event: BaseModel) -> None:
+    """Add a kernel event to the answer of the call that emitted it, if any."""
+    answer = _ANSWER.get()
+    if answer is not None and answer.open and isinstance(event, KERNEL_EVENT_TYPES):
+        answer.events.append(event.model_dump(mode="json"))
+
+
+@contextlib.contextmanager
+def answering() -> Iterator[Answer]:
+    """Collect the kernel events this task emits until the block ends."""
+    answer = Answer()
+    token = _ANSWER.set(answer)
+    try:
+        yield answer
+    finally:
+        answer.open = False
+        _ANSWER.reset(token)
