@@ -4,12 +4,14 @@ all. Answers about kernels not sent, from another agent, or malformed are ignore
 
 from __future__ import annotations
 
+import contextlib
 import random
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import event, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.agent import answers
@@ -20,10 +22,11 @@ from sokovan.common.events import KernelPrepared
 from sokovan.common.rpc import AcceptedResponse, AgentRPCClient, CheckAndPullRequest
 from sokovan.common.types import SessionStatus
 from sokovan.config.cluster import ClusterConfig
-from sokovan.db.models import Agent, Kernel, Session, SessionSchedulingHistory
+from sokovan.db.models import Agent, Kernel, KernelSchedulingHistory, Session, SessionSchedulingHistory
 from sokovan.orchestrator.orchestrator import session_lanes
 from sokovan.orchestrator.schedule.coordinator import ScheduleCoordinator
 from tests.orchestrator.db_seed import Seed
+from tests.orchestrator.test_preemption_db import Collect
 from tests.orchestrator.test_rpc_batches_db import SECRET, Recorder
 
 S = SessionStatus
@@ -64,6 +67,21 @@ async def serve(
         )
 
 
+@contextlib.contextmanager
+def counting(engine: AsyncEngine) -> Iterator[list[str]]:
+    """The statements `engine` sends while the block runs."""
+    sent: list[str] = []
+
+    def note(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        sent.append(" ".join(statement.split())[:80])
+
+    event.listen(engine.sync_engine, "before_cursor_execute", note)
+    try:
+        yield sent
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", note)
+
+
 async def status_of(engine: AsyncEngine, sid: uuid.UUID) -> str:
     async with engine.connect() as conn:
         return str((await conn.execute(select(Session.status).where(Session.id == sid))).scalar_one())
@@ -84,11 +102,20 @@ async def test_a_session_moves_on_its_agents_answers_alone(
     # An agent whose events reach nobody but its answers: no outbox, no bus, no consumer.
     await serve(engine, seed, servers, HollowAgent("a1", "b", behaviour, answers.note))
     sid = await seed.session(status=S.SCHEDULED, agent_id="a1")  # a hollow `true` runs till destroyed
-    coordinator = ScheduleCoordinator(engine, ClusterConfig(), session_lanes(engine, client))
-    await coordinator.cycle_lane("prepare", short=True)
+    published = Collect()
+    coordinator = ScheduleCoordinator(
+        engine, ClusterConfig(), session_lanes(engine, client), events=published
+    )
+    with counting(engine) as statements:
+        await coordinator.cycle_lane("prepare", short=True)
     assert await status_of(engine, sid) == "PREPARED"  # one cycle: prepared on the answer
-    await coordinator.cycle_lane("start", short=True)
+    # The session read and one write: the promotion the answers met went with the call's move.
+    assert len(statements) == 2, statements
+    statements.clear()
+    with counting(engine) as statements:
+        await coordinator.cycle_lane("start", short=True)
     assert await status_of(engine, sid) == "RUNNING"
+    assert len(statements) == 2, statements
     async with engine.connect() as conn:
         history = (
             await conn.execute(
@@ -97,7 +124,9 @@ async def test_a_session_moves_on_its_agents_answers_alone(
                 .order_by(SessionSchedulingHistory.id)
             )
         ).all()
-        kernel = (await conn.execute(select(Kernel.status).where(Kernel.session_id == sid))).scalar_one()
+        kernel_id, kernel = (
+            await conn.execute(select(Kernel.id, Kernel.status).where(Kernel.session_id == sid))
+        ).one()
     assert [tuple(h) for h in history] == [
         ("PrepareSessions", "PREPARING"),
         ("PromoteToPrepared", "PREPARED"),
@@ -105,6 +134,25 @@ async def test_a_session_moves_on_its_agents_answers_alone(
         ("PromoteToRunning", "RUNNING"),
     ]
     assert kernel == "RUNNING"
+    seen = [(e.name, e.from_status, e.to_status) for e in published.events]
+    assert seen == [
+        ("session.status", "SCHEDULED", "PREPARING"),
+        ("session.status", "PREPARING", "PREPARED"),
+        ("kernel.status", "SCHEDULED", "PREPARED"),
+        ("session.status", "PREPARED", "CREATING"),
+        ("session.status", "CREATING", "RUNNING"),
+        ("kernel.status", "PREPARED", "RUNNING"),
+    ]
+    assert {e.kernel_id for e in published.events if e.kernel_id} == {str(kernel_id)}
+    async with engine.connect() as conn:
+        kernel_history = (
+            await conn.execute(
+                select(KernelSchedulingHistory.source, KernelSchedulingHistory.to_status)
+                .where(KernelSchedulingHistory.kernel_id == kernel_id)
+                .order_by(KernelSchedulingHistory.id)
+            )
+        ).all()
+    assert [tuple(h) for h in kernel_history] == [("agent:answer", "PREPARED"), ("agent:answer", "RUNNING")]
 
 
 async def test_answers_about_other_kernels_or_from_another_agent_are_ignored(

@@ -8,6 +8,7 @@ import asyncio
 import uuid
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -226,3 +227,59 @@ async def test_a_concurrent_writer_that_leaves_an_expected_status_is_followed(en
             ("Lane", "SCHEDULED", "PREPARING"),
             ("Event", "PREPARING", "PREPARED"),
         ]
+
+
+async def test_a_two_step_move_writes_both_steps_or_nothing(engine: AsyncEngine) -> None:
+    seed = await Seed(engine).tenancy()
+    await seed.agent("a1")
+    moving = await seed.session(status=S.SCHEDULED, kernel_status=K.SCHEDULED, agent_id="a1", size=2)
+    gone = await seed.session(status=S.TERMINATING, kernel_status=K.TERMINATING, agent_id="a1")
+
+    def two_step(sid: uuid.UUID) -> SessionTransition:
+        return move(
+            sid,
+            S.SCHEDULED,
+            S.PREPARING,
+            handler="PrepareSessions",
+            then_to=S.PREPARED,
+            then_handler="PromoteToPrepared",
+            kernel_to=K.PREPARED,
+            kernel_expected=frozenset({K.SCHEDULED, K.PREPARING, K.PULLING}),
+        )
+
+    changes = [two_step(moving), two_step(gone)]
+    assert moves_only(changes)
+    async with autocommit(engine).connect() as conn:
+        applied = await apply_session_transitions(conn, changes)
+    assert applied.moved == {moving: (S.SCHEDULED, S.PREPARED)} and applied.stale == [gone]
+    assert applied.steps() == [(moving, S.SCHEDULED, S.PREPARING), (moving, S.PREPARING, S.PREPARED)]
+    assert [(e.name, e.to_status) for e in applied.events()] == [
+        ("session.status", "PREPARING"),
+        ("session.status", "PREPARED"),
+        ("kernel.status", "PREPARED"),
+        ("kernel.status", "PREPARED"),
+    ]
+    async with engine.connect() as conn:
+        history = (
+            await conn.execute(
+                select(
+                    SessionSchedulingHistory.session_id,
+                    SessionSchedulingHistory.handler,
+                    SessionSchedulingHistory.from_status,
+                    SessionSchedulingHistory.to_status,
+                ).order_by(SessionSchedulingHistory.id)
+            )
+        ).all()
+        kernels = (await conn.execute(select(Kernel.session_id, Kernel.status))).all()
+        sources = (await conn.execute(select(KernelSchedulingHistory.source))).scalars().all()
+    assert [tuple(h) for h in history] == [
+        (moving, "PrepareSessions", "SCHEDULED", "PREPARING"),
+        (moving, "PromoteToPrepared", "PREPARING", "PREPARED"),
+        (gone, "PrepareSessions", "TERMINATING", "TERMINATING"),  # stale: nothing moved
+    ]
+    assert sorted(kernels) == sorted([(moving, "PREPARED"), (moving, "PREPARED"), (gone, "TERMINATING")])
+    assert sources == ["agent:answer", "agent:answer"]
+    # Only the one-statement path writes two steps.
+    async with engine.begin() as conn:
+        with pytest.raises(ValueError, match="two-step"):
+            await apply_in_steps(conn, [two_step(moving)])

@@ -10,6 +10,12 @@ either (a single statement is its own transaction). Anything else (a transition 
 the status as it was, so its history may merge into the latest row; two transitions of one
 session; a requeue that replaces kernels) takes the general path of `session_writes`.
 
+A hand-off may carry a second step (`SessionTransition.then_to`: an agent call's success and the
+promotion its agents' answers already met, `orchestrator.schedule.answered_moves`): the session
+goes on to that status with a second history row, its kernels to `kernel_to` with a history row
+of source `agent:answer`, and the statement returns those kernels' moves for their
+`kernel.status` events.
+
 Sessions found in a status the transition did not expect are stale, as on the general path: they
 are left alone, and the caller writes their history rows after the statement (a stale row may
 merge into its session's latest, as on the general path).
@@ -26,11 +32,12 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from sokovan.bus.user_events import UserEvent
 from sokovan.common.preemption import NOMINATED_AGENTS, NOMINATED_UNTIL, PREEMPTS
 from sokovan.common.types import KernelStatus, SessionStatus
 
 if TYPE_CHECKING:
-    from sokovan.state.session_writes import AppliedTransitions, SessionTransition
+    from sokovan.state.session_transition import AppliedTransitions, SessionTransition
 
 _TERMINAL = sorted(s.value for s in SessionStatus.terminal())
 # What only a waiting (PENDING) session carries: dropped when it moves on.
@@ -51,7 +58,11 @@ def moves_only(transitions: Sequence[SessionTransition]) -> bool:
     those it expects (so an applied transition always changes the status), nothing replaced."""
     ids = {t.session_id for t in transitions}
     return len(ids) == len(transitions) and all(
-        t.to_status is not None and t.to_status not in t.expected and not t.replace_kernels
+        t.to_status is not None
+        and t.to_status not in t.expected
+        and not t.replace_kernels
+        and t.then_to not in t.expected
+        and t.then_to != t.to_status
         for t in transitions
     )
 
@@ -76,6 +87,8 @@ def _row(t: SessionTransition) -> dict[str, Any]:
         "kernel_expected": sorted(s.value for s in t.kernel_expected),
         "kernel_ended": kernel_to is not None and kernel_to.is_terminal,
         "kernel_queued": kernel_to == KernelStatus.PENDING,
+        "then_to": t.then_to.value if t.then_to is not None else None,
+        "then_handler": t.then_handler,
     }
 
 
@@ -101,7 +114,8 @@ _MOVE = text(
         SELECT * FROM ROWS FROM (jsonb_to_recordset(CAST(:batch AS jsonb)) AS (
             id uuid, expected text[], to_status text, terminal bool, patch jsonb, strip text[],
             result text, set_result bool, handler text, outcome text, message text, attempt int,
-            kernel_to text, kernel_expected text[], kernel_ended bool, kernel_queued bool
+            kernel_to text, kernel_expected text[], kernel_ended bool, kernel_queued bool,
+            then_to text, then_handler text
         )) WITH ORDINALITY AS v
     ), cur AS MATERIALIZED (
         SELECT s.id, s.status, s.user_id, s.deployment_id FROM sessions s
@@ -110,7 +124,7 @@ _MOVE = text(
         FOR NO KEY UPDATE
     ), moved AS (
         UPDATE sessions AS s SET
-            status = v.to_status,
+            status = coalesce(v.then_to, v.to_status),
             status_info = (s.status_info || v.patch) - v.strip,
             phase_attempts = 0,
             status_changed_at = :now,
@@ -124,9 +138,15 @@ _MOVE = text(
     ), history AS (
         INSERT INTO session_scheduling_history
             (session_id, handler, result, from_status, to_status, message, attempt, created_at)
-        SELECT v.id, v.handler, v.outcome, m.from_status, v.to_status, v.message, v.attempt, :now
-        FROM v JOIN moved m ON m.id = v.id
-        ORDER BY v.ordinality
+        SELECT id, handler, outcome, from_status, to_status, message, attempt, :now FROM (
+            SELECT v.id, v.handler, v.outcome, m.from_status, v.to_status, v.message, v.attempt,
+                   v.ordinality, 0 AS step
+            FROM v JOIN moved m ON m.id = v.id
+            UNION ALL
+            SELECT v.id, v.then_handler, 'SUCCESS', v.to_status, v.then_to, NULL, 0, v.ordinality, 1
+            FROM v JOIN moved m ON m.id = v.id WHERE v.then_to IS NOT NULL
+        ) AS steps
+        ORDER BY ordinality, step
     ), klocked AS MATERIALIZED (
         SELECT k.id, k.status FROM kernels k JOIN v ON v.id = k.session_id
         WHERE v.kernel_to IS NOT NULL AND k.session_id IN (SELECT id FROM moved)
@@ -141,14 +161,20 @@ _MOVE = text(
             agent_id = CASE WHEN v.kernel_queued THEN NULL ELSE k.agent_id END
         FROM klocked, v
         WHERE k.id = klocked.id AND v.id = k.session_id AND klocked.status = ANY(v.kernel_expected)
-        RETURNING k.id, k.session_id, v.kernel_to
+        RETURNING k.id, k.session_id, k.agent_id, klocked.status AS from_status, v.kernel_to,
+                  v.then_to IS NOT NULL AS answered
     ), khistory AS (
         INSERT INTO kernel_scheduling_history
             (kernel_id, session_id, source, from_status, to_status, message, created_at)
-        SELECT id, session_id, 'session', NULL, kernel_to, NULL, :now FROM kmoved ORDER BY id
+        SELECT id, session_id, CASE WHEN answered THEN 'agent:answer' ELSE 'session' END, NULL, kernel_to,
+               NULL, :now
+        FROM kmoved ORDER BY id
+    ), kanswered AS (
+        SELECT session_id, json_agg(json_build_array(id, agent_id, from_status, kernel_to)) AS kernels
+        FROM kmoved WHERE answered GROUP BY session_id
     )
-    SELECT cur.id, cur.status, cur.user_id, cur.deployment_id, m.id IS NOT NULL AS moved
-    FROM cur LEFT JOIN moved m ON m.id = cur.id
+    SELECT cur.id, cur.status, cur.user_id, cur.deployment_id, m.id IS NOT NULL AS moved, ka.kernels
+    FROM cur LEFT JOIN moved m ON m.id = cur.id LEFT JOIN kanswered ka ON ka.session_id = cur.id
     """
 )
 
@@ -178,8 +204,28 @@ async def apply_moves(
             continue
         assert t.to_status is not None
         out.applied.append(t.session_id)
-        out.moved[t.session_id] = (status, t.to_status)
+        out.moved[t.session_id] = (status, t.then_to or t.to_status)
         out.owners[t.session_id] = str(row.user_id)
+        if t.then_to is not None:
+            out.via[t.session_id] = t.to_status
+            out.kernel_events += _kernel_events(t.session_id, str(row.user_id), row.kernels or [])
         if row.deployment_id is not None:
             out.replicas_moved.add(t.session_id)
     return stale
+
+
+def _kernel_events(session_id: uuid.UUID, owner: str, kernels: list[list[str]]) -> list[UserEvent]:
+    """The `kernel.status` events of the kernels a two-step move swept along: what the agents'
+    events they answered with would have told, had they been applied on their own."""
+    return [
+        UserEvent(
+            name="kernel.status",
+            session_id=str(session_id),
+            kernel_id=kernel_id,
+            agent_id=agent_id,
+            from_status=src,
+            to_status=dst,
+            owner=owner,
+        )
+        for kernel_id, agent_id, src, dst in kernels
+    ]

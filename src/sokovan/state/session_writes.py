@@ -18,88 +18,20 @@ import datetime as dt
 import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import bindparam, delete, insert, select, text, update
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from sokovan.bus.user_events import UserEvent
-from sokovan.common.types import KernelStatus, SchedulingResult, SessionResult, SessionStatus
+from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.db.among import among, among_bound
 from sokovan.db.models import Kernel, Session, SessionSchedulingHistory
 from sokovan.state.kernel_writes import move_kernels_of_sessions
 from sokovan.state.session_moves import apply_moves, moves_only, removed_keys
+from sokovan.state.session_transition import AppliedTransitions as AppliedTransitions
+from sokovan.state.session_transition import SessionTransition as SessionTransition
 from sokovan.state.status_info import SessionStatusInfo, status_info_of
-
-# Statuses whose kernels are swept along when a session moves and no kernel guard is given.
-_LIVE_KERNELS = frozenset(KernelStatus.non_terminal())
-
-
-@dataclass(frozen=True)
-class SessionTransition:
-    """Move one session (and optionally its kernels) if it is still where the caller saw it.
-
-    `to_status=None` keeps the status and only records history (and the status_info patch).
-    `status_info` is merged into the stored one; `reset_attempts` starts the phase counter anew,
-    `attempt` is what the history row shows.
-    """
-
-    session_id: uuid.UUID
-    expected: frozenset[SessionStatus]
-    to_status: SessionStatus | None
-    handler: str
-    result: SchedulingResult
-    kernel_to: KernelStatus | None = None
-    kernel_expected: frozenset[KernelStatus] = _LIVE_KERNELS
-    session_result: SessionResult | None = None
-    status_info: SessionStatusInfo | None = None
-    message: str | None = None
-    attempt: int = 0
-    bump_attempts: bool = False
-    reset_attempts: bool = False
-    # status_info keys removed (after the merge of `status_info`)
-    drop_info: frozenset[str] = frozenset()
-    # Delete the session's kernels (all ended) and give it new PENDING ones (requeue only).
-    replace_kernels: bool = False
-
-
-@dataclass
-class AppliedTransitions:
-    applied: list[uuid.UUID] = field(default_factory=list)
-    stale: list[uuid.UUID] = field(default_factory=list)
-    # session id → (from, to) for the sessions whose status actually changed
-    moved: dict[uuid.UUID, tuple[SessionStatus, SessionStatus]] = field(default_factory=dict)
-    # session id → owner (user id), for the sessions that moved
-    owners: dict[uuid.UUID, str] = field(default_factory=dict)
-    # the moved sessions that are replicas of a deployment (their routes care)
-    replicas_moved: set[uuid.UUID] = field(default_factory=set)
-    # session id → its new pending_reason, for the sessions that stayed PENDING with a new reason
-    reasons: dict[uuid.UUID, str] = field(default_factory=dict)
-
-    def events(self) -> list[UserEvent]:
-        moved = [
-            UserEvent(
-                name="session.status",
-                session_id=str(sid),
-                from_status=src.value,
-                to_status=dst.value,
-                owner=self.owners.get(sid),
-            )
-            for sid, (src, dst) in self.moved.items()
-        ]
-        return moved + [
-            UserEvent(
-                name="session.pending_reason",
-                session_id=str(sid),
-                owner=self.owners.get(sid),
-                detail={"pending_reason": reason},
-            )
-            for sid, reason in self.reasons.items()
-            if sid not in self.moved
-        ]
-
 
 # The sessions of a batch, locked and read (FOR NO KEY UPDATE: FK checks may still pass).
 _LOCK = (
@@ -141,6 +73,8 @@ async def apply_in_steps(
     """The general path: the sessions locked and read, then their new state and history, their
     kernels' moves and any replacements, decided here between the statements."""
     out = out if out is not None else AppliedTransitions()
+    if any(t.then_to is not None for t in transitions):
+        raise ValueError("a two-step move is written only with other hand-offs (session_moves)")
     rows = (await conn.execute(_LOCK, {"ids": [t.session_id for t in transitions]})).all()
     owners = {r.id: str(r.user_id) for r in rows}
     replicas = {r.id for r in rows if r.deployment_id is not None}

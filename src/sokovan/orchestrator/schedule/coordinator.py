@@ -11,6 +11,7 @@ while each behaves as if one manager ran it. `cycle()` runs all lanes in turn.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,9 +20,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.bus.hints import Hint
 from sokovan.bus.user_events import UserEventPublisher, publish
+from sokovan.common.metrics import HANDLER_RUNS
 from sokovan.common.supervise import describe
 from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.locks import CycleLock
+from sokovan.orchestrator.schedule.answered_moves import two_step_moves
 from sokovan.orchestrator.schedule.event_promotions import promotions_for
 from sokovan.orchestrator.schedule.handler import SessionHandler
 from sokovan.orchestrator.schedule.handlers.lifecycle.call_agents import CallAgents
@@ -71,29 +74,44 @@ class ScheduleCoordinator(
         async with self._reads.connect() as conn:
             return await statuses_present(conn, sorted(wanted))
 
-    async def run_handler(
-        self, handler: SessionHandler, entered: set[str] | None = None, landed: dict[Any, str] | None = None
+    async def settle(
+        self,
+        handler: SessionHandler,
+        result: HandlerResult[SessionStatusInfo],
+        rows: Sequence[SessionWithKernels],
+        now: dt.datetime,
+        entered: set[str] | None,
+        landed: dict[Any, str] | None,
     ) -> bool:
-        moved = await super().run_handler(handler, entered, landed)
-        if isinstance(handler, CallAgents):
-            answers = handler.take_answers()
-            if answers:
-                moved |= await self.apply_answers(answers)
-        return moved
+        """An agent call's transitions are written with what its agents answered: the sessions
+        every kernel of which was answered into the next status move on in the same write
+        (`answered_moves`), the other answered events are applied after it (`apply_answers`)."""
+        changes = self.kind.judge(handler, result, rows, now)
+        if not isinstance(handler, CallAgents):
+            return await self.apply(changes, entered, landed)
+        two_step, rest, left = two_step_moves(handler.call, changes, rows, handler.take_answers())
+        # A two-step move is written only with other hand-offs: a batch of its own.
+        moved = await self.apply(two_step, entered, landed)
+        for _ in two_step:
+            HANDLER_RUNS.labels(handler=handler.call.then.spec.name, result="SUCCESS").inc()
+        moved |= await self.apply(rest, entered, landed)
+        if left and not await self.apply_answers(left):
+            handler.give_back(left)
+        return moved or bool(left)
 
     async def apply_answers(self, events: Sequence[KernelEvent]) -> bool:
-        """Apply the kernel events agents' answers carried (`agent.answers`), after the call's
-        transitions were written, and follow them as the bus's are followed; True when a session
-        moved. If this fails, nothing is lost: the same events arrive on the bus."""
+        """Apply the kernel events agents' answers carried (`agent.answers`) that no two-step move
+        took, and follow them as the bus's are followed; False when they could not be written
+        (the caller keeps them for its next cycle)."""
         try:
             moves = await self._kernel_events.apply_many(events)
-            if not moves:
-                return False
-            await publish(self._events, [m.event() for m in moves])
-            return await self.follow_kernels(moves)
         except Exception as exc:
             log.warning("answers.apply_failed", events=len(events), error=describe(exc))
             return False
+        if moves:
+            await publish(self._events, [m.event() for m in moves])
+            await self.follow_kernels(moves)
+        return True
 
     async def follow_kernels(self, moves: Sequence[KernelMove]) -> bool:
         """Run the promotions the kernels that just moved may complete, for their sessions only

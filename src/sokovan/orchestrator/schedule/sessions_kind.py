@@ -85,6 +85,7 @@ class SessionKind:
             changed=kernels_moved,
             # A replica started or ended: its route moves next.
             wake=frozenset({Hint.ROUTE}) if applied.replicas_moved else frozenset(),
+            steps=[(src.value, dst.value) for _, src, dst in applied.steps()] if applied.via else None,
         )
 
     def outcome(self, change: SessionTransition) -> tuple[str, str]:

@@ -62,6 +62,8 @@ class Applied:
     changed: bool = False
     # Other coordinators whose business the moves were (by hint name), woken after the write.
     wake: frozenset[str] = frozenset()
+    # Each status change (from, to), where a move made more than one (else `moved` tells them).
+    steps: list[tuple[str, str]] | None = None
 
 
 class EntityKind(Protocol[HandlerT_contra, RowT, ChangeT, ResultT_contra]):
@@ -184,6 +186,18 @@ class Coordinator(Generic[HandlerT, RowT, ChangeT, ResultT]):
         if not rows and not handler.always_runs:
             return False
         result: ResultT = await handler.execute(rows)
+        return await self.settle(handler, result, rows, now, entered, landed)
+
+    async def settle(
+        self,
+        handler: HandlerT,
+        result: ResultT,
+        rows: Sequence[RowT],
+        now: dt.datetime,
+        entered: set[str] | None,
+        landed: dict[Any, str] | None,
+    ) -> bool:
+        """Judge what the handler reported and write it (`apply`); True when anything moved."""
         return await self.apply(self.kind.judge(handler, result, rows, now), entered, landed)
 
     async def apply(
@@ -208,7 +222,8 @@ class Coordinator(Generic[HandlerT, RowT, ChangeT, ResultT]):
         for change in changes:
             handler, result = self.kind.outcome(change)
             HANDLER_RUNS.labels(handler=handler, result=result).inc()
-        for src, dst in applied.moved.values():
+        steps = applied.steps if applied.steps is not None else list(applied.moved.values())
+        for src, dst in steps:
             self.kind.count_move(src, dst)
         # The next lanes first: the users' events need not hold up the hand-off.
         for name in applied.wake:
@@ -217,6 +232,6 @@ class Coordinator(Generic[HandlerT, RowT, ChangeT, ResultT]):
             self.wake_for(frozenset(dst for _, dst in applied.moved.values()))
         await publish(self._events, applied.events)
         if applied.moved:
-            moves = Counter(f"{src}->{dst}" for src, dst in applied.moved.values())
+            moves = Counter(f"{src}->{dst}" for src, dst in steps)
             log.info(f"{self.kind.entity}s.moved", **dict(moves))
         return bool(applied.moved) or applied.changed

@@ -38,6 +38,11 @@ from sokovan.orchestrator.schedule.handler import (
     StatusTransitions,
     TransitionStatus,
 )
+from sokovan.orchestrator.schedule.handlers.promotion.promote_sessions import Promotion
+from sokovan.orchestrator.schedule.handlers.promotion.promotions import (
+    PROMOTE_TO_PREPARED,
+    PROMOTE_TO_RUNNING,
+)
 from sokovan.state.kernel_events import KernelEvent
 from sokovan.state.session_reads import SessionWithKernels
 
@@ -51,6 +56,15 @@ _REQUEUE = TransitionStatus(S.PENDING, K.PENDING)
 
 
 @dataclass(frozen=True)
+class Answered:
+    """The promotion a call's answers may complete at once (`answered_moves`), and the status its
+    agents must have answered every kernel of a session into."""
+
+    spec: Promotion
+    kernel_to: KernelStatus
+
+
+@dataclass(frozen=True)
 class AgentCall:
     name: str
     phase: Phase
@@ -58,6 +72,7 @@ class AgentCall:
     kernel: KernelStatus  # the kernels it sends
     method: AgentMethod
     to: TransitionStatus  # where success takes the session and the kernels sent
+    then: Answered
 
 
 PREPARE_SESSIONS = AgentCall(
@@ -67,6 +82,7 @@ PREPARE_SESSIONS = AgentCall(
     kernel=K.SCHEDULED,
     method=AgentRPCClient.check_and_pull,
     to=TransitionStatus(S.PREPARING, K.PREPARING),
+    then=Answered(PROMOTE_TO_PREPARED, K.PREPARED),
 )
 START_SESSIONS = AgentCall(
     name="StartSessions",
@@ -75,6 +91,7 @@ START_SESSIONS = AgentCall(
     kernel=K.PREPARED,
     method=AgentRPCClient.create_kernels,
     to=TransitionStatus(S.CREATING, K.CREATING),
+    then=Answered(PROMOTE_TO_RUNNING, K.RUNNING),
 )
 
 
@@ -137,7 +154,7 @@ class CallAgents(SessionHandler):
         self.targets = frozenset({call.session})
         self.kernels = KernelCondition(frozenset({call.kernel}))
         self.transitions = StatusTransitions(success=call.to, expired=_REQUEUE, give_up=_REQUEUE)
-        self._call = call
+        self.call = call
         self._rpc = rpc
         self.in_flight = InFlight(wake or (lambda: None))
         self._answers: list[KernelEvent] = []
@@ -145,20 +162,20 @@ class CallAgents(SessionHandler):
     async def execute(self, targets: Sequence[SessionWithKernels]) -> SessionResultT:
         result = SessionResultT()
         fresh = self.in_flight.collect(targets, result)
-        specs = {k.id: kernel_spec(s, k) for s in fresh for k in s.kernels if k.status == self._call.kernel}
+        specs = {k.id: kernel_spec(s, k) for s in fresh for k in s.kernels if k.status == self.call.kernel}
         sizes = {kid: len(spec.model_dump_json()) + 1 for kid, spec in specs.items()}  # and its comma
 
         async def send(target: Target, items: Items) -> object:
             agent_id, addr = target
             sent = [specs[k.id] for _, k in items]
-            response = await self._call.method(self._rpc, addr, sent, agent_id)
+            response = await self.call.method(self._rpc, addr, sent, agent_id)
             if isinstance(response, AcceptedResponse) and response.events:
                 self._answers += answered(response.events, agent_id, {spec.kernel_id for spec in sent})
             return response
 
         outcome = await fan_out(
             fresh,
-            lambda k: k.status == self._call.kernel,
+            lambda k: k.status == self.call.kernel,
             send,
             lambda k: sizes[k.id],
             wait=STRAGGLER_WAIT,
@@ -167,6 +184,10 @@ class CallAgents(SessionHandler):
         result.successes += outcome.successes
         result.failures.update(outcome.failures)
         return result
+
+    def give_back(self, answers: list[KernelEvent]) -> None:
+        """Answers that could not be applied now: the next take returns them first."""
+        self._answers = answers + self._answers
 
     def take_answers(self) -> list[KernelEvent]:
         """The kernel events the agents' answers carried since the last take (a late call's too),
