@@ -53,8 +53,9 @@ async def test_a_cycles_snapshot_is_seven_statements_and_holds_what_the_tables_s
             event.remove(engine.sync_engine, "before_cursor_execute", seen)
     # keypairs, quotas, usage (there are quotas), occupancy, agents, the group, nominations
     assert len(sent) == 7, sent
-    # At once: the five first reads on five connections (then usage and nominations on two of them).
-    assert len(connections) == (5 if at_once else 1)
+    # At once: the six first reads (nominations among them) on six connections, then usage, the
+    # one read that waits for them, on the cycle's own.
+    assert len(connections) == (7 if at_once else 1)
     agents = {a.id: a for a in snapshot.agents}
     assert agents["a1"].occupied == {"cpu": Decimal(4), "mem": Decimal(3 * 2**30)}
     assert agents["a1"].kernel_count == 3

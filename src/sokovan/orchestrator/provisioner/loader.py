@@ -1,8 +1,10 @@
 """Builds the snapshots for one scheduling cycle in a fixed handful of statements.
 
-Preemption adds up to three: the groups' RUNNING preemptible sessions with their placed kernels
-(only for groups whose mode is not off; an invalid stored `preemption` counts as off), the
-nominations in force (PENDING sessions whose `nominated_until` has not passed) and the room their
+The reads that need only the sessions' groups and owners run at once, the nominations among them
+(PENDING sessions carrying one; whether it is still in force is judged here), so that an ordinary
+cycle waits for one round trip of reads. Preemption adds up to two, after them: the groups'
+RUNNING preemptible sessions with their placed kernels (only for groups whose mode is not off; an
+invalid stored `preemption` counts as off) and, when a nomination is in force, the room its
 victims still occupy, from which each nominated agent's hold is derived."""
 
 from __future__ import annotations
@@ -91,10 +93,11 @@ async def load_snapshots(
         agent_occupancy,
         functools.partial(AGENT_STATICS.read, scaling_groups=names),
         functools.partial(_read_groups, names=names),
+        functools.partial(_read_nominated, names=names),
     ]
     if dep_ids:
         first.append(functools.partial(load_dependencies, tenancy=tenancy, ids=dep_ids))
-    _, _, (occupied, counts), statics, groups, *_ = await run.all(first)
+    _, _, (occupied, counts), statics, groups, nominated, *_ = await run.all(first)
     agents_by_sg: dict[str, list[AgentSnapshot]] = {n: [] for n in names}
     # A thousand agents are read every placement cycle: their capacity and images are parsed
     # once per change (`agent_statics`), and each snapshot is built positionally.
@@ -129,7 +132,10 @@ async def load_snapshots(
         )
         out[sg.name] = snapshot
     # What depends on the first reads: each only when some group or owner needs it.
-    second: list[Read] = [functools.partial(_load_nominations, snapshots=out)]
+    second: list[Read] = []
+    nominations = _nominations(out, nominated)
+    if nominations:
+        second.append(functools.partial(_load_holds, snapshots=out, nominations=nominations))
     if tenancy.project_quotas or tenancy.domain_quotas or any(p.quota for p in tenancy.keypairs.values()):
         second.append(functools.partial(load_usage, t=tenancy, keys=keys, projects=projects, domains=domains))
     if any(s.scheduler == "drf" for s in out.values()):
@@ -218,16 +224,18 @@ _NOMINATED = text(
 )
 
 
-async def _load_nominations(conn: AsyncConnection, snapshots: dict[str, ScalingGroupSnapshot]) -> None:
-    """The nominations in force and, on each nominated agent, the room held for the nominee: its
-    need there less what its victims still occupy there."""
-    rows = (
-        await conn.execute(
-            _NOMINATED,
-            {"names": list(snapshots), "pending": SessionStatus.PENDING.value, "key": NOMINATED_AGENTS},
-        )
-    ).all()
-    nominations: list[tuple[str, Nomination, ResourceSlots]] = []
+async def _read_nominated(conn: AsyncConnection, names: Sequence[str]) -> list[Any]:
+    """The rows of `_NOMINATED`: read with the first reads, as it needs only the groups' names."""
+    params = {"names": list(names), "pending": SessionStatus.PENDING.value, "key": NOMINATED_AGENTS}
+    return list((await conn.execute(_NOMINATED, params)).all())
+
+
+Nominated = list[tuple[str, Nomination, ResourceSlots]]
+
+
+def _nominations(snapshots: dict[str, ScalingGroupSnapshot], rows: Sequence[Any]) -> Nominated:
+    """The nominations in force among `rows`, noted in their groups' snapshots."""
+    nominations: Nominated = []
     for sid, sg, priority, resources, info in rows:
         snapshot = snapshots[sg]
         try:
@@ -241,8 +249,14 @@ async def _load_nominations(conn: AsyncConnection, snapshots: dict[str, ScalingG
         nomination = Nomination(sid, priority, agents, victims)
         snapshot.nominations[sid] = nomination
         nominations.append((sg, nomination, ResourceSlots.from_json(resources)))
-    if not nominations:
-        return
+    return nominations
+
+
+async def _load_holds(
+    conn: AsyncConnection, snapshots: dict[str, ScalingGroupSnapshot], nominations: Nominated
+) -> None:
+    """On each nominated agent, the room held for the nominee: its need there less what its
+    victims still occupy there."""
     victim_ids = sorted({v for _, n, _ in nominations for v in n.victims})
     still: dict[tuple[uuid.UUID, str], tuple[ResourceSlots, int]] = defaultdict(lambda: (ResourceSlots(), 0))
     if victim_ids:
