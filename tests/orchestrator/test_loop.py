@@ -18,7 +18,7 @@ from sokovan.orchestrator.orchestrator import RETRY_DEBOUNCE, SokovanOrchestrato
 CYCLE = 0.3
 
 
-async def _run_hinted(moves: bool, seconds: float) -> int:
+async def _run_hinted(moves: bool, seconds: float, long_interval: float = 3600) -> int:
     cycles = 0
 
     async def cycle() -> bool:
@@ -27,7 +27,7 @@ async def _run_hinted(moves: bool, seconds: float) -> int:
         await asyncio.sleep(CYCLE)
         return moves
 
-    loop = CoordinatorLoop("test", cycle, long_interval=lambda: 3600, on_moved=lambda: None)
+    loop = CoordinatorLoop("test", cycle, long_interval=lambda: long_interval, on_moved=lambda: None)
     stop = asyncio.Event()
     runner = asyncio.create_task(loop.run(stop))
     deadline = asyncio.get_running_loop().time() + seconds
@@ -42,6 +42,12 @@ async def _run_hinted(moves: bool, seconds: float) -> int:
 async def test_fruitless_hinted_cycles_take_at_most_half_the_lane() -> None:
     # 1.3 s of hints: without spacing 5 cycles of 0.3 s would run back to back.
     assert await _run_hinted(moves=False, seconds=1.3) <= 3
+
+
+async def test_fruitless_long_cycles_space_the_hinted_ones_out_too() -> None:
+    # 3 s of hints with a long cycle every 0.5 s: were the long cycles not counted, short and
+    # long ones would keep the lane busy most of the time (about 9 cycles of 0.3 s).
+    assert await _run_hinted(moves=False, seconds=3.0, long_interval=0.5) <= 6
 
 
 async def test_a_cycle_that_moved_something_is_followed_at_once() -> None:

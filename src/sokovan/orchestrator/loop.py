@@ -5,8 +5,8 @@ A hint to an idle lane starts its cycle at once; hints that arrive while a cycle
 the debounce (`loops.short_cycle_debounce`) of its end, are coalesced into the next one (batched by
 arrival, not by a timer).
 
-A short cycle that moved nothing spaces the next short cycle out by its own duration: hints that
-only add demand (`hint(demand=True)`: creates while every agent is full or held, which makes the
+A cycle (short or long) that moved nothing spaces the next one out by its own duration:
+hints that only add demand (`hint(demand=True)`: creates while every agent is full or held, which makes the
 placement lane re-read a window of thousands of waiting sessions) cost a lane at most half its
 time, and the process's event loop stays free for the API and the events. Any other hint (room
 freed, an agent back or undrained, the next step of a hand-off) may lead somewhere, so it ends
@@ -79,25 +79,49 @@ class CoordinatorLoop:
             settle = self._debounce() - (time.monotonic() - self._ended)
             if settle > 0:
                 await asyncio.sleep(settle)
-            quiet = self._quiet_until - time.monotonic()
-            if quiet > 0 and not self._news.is_set():
-                await _wait_any(self._news, stop, quiet)
+            await self._wait_quiet(stop)
+            urgent = self._news.is_set()
             self._hint.clear()
             self._news.clear()
-            started = time.monotonic()
-            if not await self._run_once("short"):
-                self._quiet_until = time.monotonic() + (time.monotonic() - started)
-            self._ended = time.monotonic()
+            if await self._run_spaced("short", urgent):
+                self._ended = time.monotonic()
+            else:  # a long cycle ran meanwhile and spaced this one out: wait that out first
+                self._hint.set()
 
     async def _long(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             await _wait_any(stop, None, self._long_interval())
+            await self._wait_quiet(stop)  # the safety net may wait one cycle's length
             if not stop.is_set():
-                await self._run_once("long")
+                await self._run_spaced("long")
 
-    async def _run_once(self, kind: str) -> bool:
-        """One cycle; True when it moved something."""
+    async def _wait_quiet(self, stop: asyncio.Event) -> None:
+        """Wait out the spacing, unless a hint that is not only demand arrives."""
+        while not stop.is_set() and not self._news.is_set():
+            quiet = self._quiet_until - time.monotonic()
+            if quiet <= 0:
+                return
+            await _wait_any(self._news, stop, quiet)
+
+    async def _run_spaced(self, kind: str, urgent: bool = False) -> bool:
+        """One cycle; one that moved nothing, long or short, spaces the next short one out by its
+        own duration (a long cycle that found nothing is as fruitless as a short one). False: a
+        short cycle was not run, as a long one spaced it out while it waited to run."""
+        started = time.monotonic()
+        moved = await self._run_once(kind, urgent)
+        if moved is None:
+            return False
+        if not moved:
+            self._quiet_until = time.monotonic() + (time.monotonic() - started)
+        return True
+
+    async def _run_once(self, kind: str, urgent: bool = False) -> bool | None:
+        """One cycle; True when it moved something, None when a short one hinted by demand only
+        was spaced out while it waited for a long one to end."""
         async with self._lock:
+            spaced = self._quiet_until > time.monotonic() and not (urgent or self._news.is_set())
+            if kind == "short" and spaced:
+                return None
             try:
                 with CYCLE_SECONDS.labels(lane=self.name).time():
                     moved = await (self._short_cycle() if kind == "short" else self._cycle())
