@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from sokovan.agent import answers
 from sokovan.agent.hollow_agent import HollowAgent, HollowBehaviour
@@ -82,6 +82,13 @@ def counting(engine: AsyncEngine) -> Iterator[list[str]]:
         event.remove(engine.sync_engine, "before_cursor_execute", note)
 
 
+async def steps(conn: AsyncConnection, first: Any, where: Any) -> list[tuple[Any, ...]]:
+    """(`first`, to_status) of a history table's rows matching `where`, in order."""
+    table = first.class_
+    rows = await conn.execute(select(first, table.to_status).where(where).order_by(table.id))
+    return [tuple(r) for r in rows]
+
+
 async def status_of(engine: AsyncEngine, sid: uuid.UUID) -> str:
     async with engine.connect() as conn:
         return str((await conn.execute(select(Session.status).where(Session.id == sid))).scalar_one())
@@ -117,17 +124,16 @@ async def test_a_session_moves_on_its_agents_answers_alone(
     assert await status_of(engine, sid) == "RUNNING"
     assert len(statements) == 2, statements
     async with engine.connect() as conn:
-        history = (
-            await conn.execute(
-                select(SessionSchedulingHistory.handler, SessionSchedulingHistory.to_status)
-                .where(SessionSchedulingHistory.session_id == sid)
-                .order_by(SessionSchedulingHistory.id)
-            )
-        ).all()
         kernel_id, kernel = (
             await conn.execute(select(Kernel.id, Kernel.status).where(Kernel.session_id == sid))
         ).one()
-    assert [tuple(h) for h in history] == [
+        history = await steps(
+            conn, SessionSchedulingHistory.handler, SessionSchedulingHistory.session_id == sid
+        )
+        kernel_history = await steps(
+            conn, KernelSchedulingHistory.source, KernelSchedulingHistory.kernel_id == kernel_id
+        )
+    assert history == [
         ("PrepareSessions", "PREPARING"),
         ("PromoteToPrepared", "PREPARED"),
         ("StartSessions", "CREATING"),
@@ -144,15 +150,7 @@ async def test_a_session_moves_on_its_agents_answers_alone(
         ("kernel.status", "PREPARED", "RUNNING"),
     ]
     assert {e.kernel_id for e in published.events if e.kernel_id} == {str(kernel_id)}
-    async with engine.connect() as conn:
-        kernel_history = (
-            await conn.execute(
-                select(KernelSchedulingHistory.source, KernelSchedulingHistory.to_status)
-                .where(KernelSchedulingHistory.kernel_id == kernel_id)
-                .order_by(KernelSchedulingHistory.id)
-            )
-        ).all()
-    assert [tuple(h) for h in kernel_history] == [("agent:answer", "PREPARED"), ("agent:answer", "RUNNING")]
+    assert kernel_history == [("agent:answer", "PREPARED"), ("agent:answer", "RUNNING")]
 
 
 async def test_answers_about_other_kernels_or_from_another_agent_are_ignored(

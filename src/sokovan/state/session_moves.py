@@ -34,12 +34,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.bus.user_events import UserEvent
 from sokovan.common.preemption import NOMINATED_AGENTS, NOMINATED_UNTIL, PREEMPTS
-from sokovan.common.types import KernelStatus, SessionStatus
+from sokovan.common.types import KernelStatus, SchedulingResult, SessionStatus
 
 if TYPE_CHECKING:
     from sokovan.state.session_transition import AppliedTransitions, SessionTransition
 
 _TERMINAL = sorted(s.value for s in SessionStatus.terminal())
+_SUCCESS = SchedulingResult.SUCCESS.value  # the result of a two-step move's second step
 # What only a waiting (PENDING) session carries: dropped when it moves on.
 WAITING_KEYS = ("pending_reason", NOMINATED_AGENTS, NOMINATED_UNTIL, PREEMPTS)
 
@@ -143,7 +144,7 @@ _MOVE = text(
                    v.ordinality, 0 AS step
             FROM v JOIN moved m ON m.id = v.id
             UNION ALL
-            SELECT v.id, v.then_handler, 'SUCCESS', v.to_status, v.then_to, NULL, 0, v.ordinality, 1
+            SELECT v.id, v.then_handler, :success, v.to_status, v.then_to, NULL, 0, v.ordinality, 1
             FROM v JOIN moved m ON m.id = v.id WHERE v.then_to IS NOT NULL
         ) AS steps
         ORDER BY ordinality, step
@@ -189,7 +190,7 @@ async def apply_moves(
     now = dt.datetime.now(dt.UTC)
     batch = json.dumps([_row(t) for t in transitions])
     ids = [t.session_id for t in transitions]
-    params = {"batch": batch, "ids": ids, "now": now, "terminal": _TERMINAL}
+    params = {"batch": batch, "ids": ids, "now": now, "terminal": _TERMINAL, "success": _SUCCESS}
     rows = (await conn.execute(_MOVE, params)).all()
     found: dict[uuid.UUID, Any] = {r.id: r for r in rows}
     stale: list[tuple[SessionTransition, SessionStatus]] = []
