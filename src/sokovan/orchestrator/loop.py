@@ -5,13 +5,13 @@ A hint to an idle lane starts its cycle at once; hints that arrive while a cycle
 the debounce (`loops.short_cycle_debounce`) of its end, are coalesced into the next one (batched by
 arrival, not by a timer).
 
-A cycle (short or long) that moved nothing spaces the next one out by its own duration:
-hints that only add demand (`hint(demand=True)`: creates while every agent is full or held, which makes the
-placement lane re-read a window of thousands of waiting sessions) cost a lane at most half its
-time, and the process's event loop stays free for the API and the events. Any other hint (room
-freed, an agent back or undrained, the next step of a hand-off) may lead somewhere, so it ends
-that spacing at once: a full cluster places its next session as soon as one ends, not a whole
-fruitless cycle later. A cycle that moved something is followed at once.
+A cycle (short or long) that moved nothing spaces the next one out by twice its own duration
+(`SPACING`): hints that only add demand (`hint(demand=True)`: creates while every agent is full or
+held, which makes the placement lane re-read a window of thousands of waiting sessions) cost a
+lane at most a third of its time, and the process's event loop stays free for the API and the
+events. Any other hint (room freed, an agent back or undrained, the next step of a hand-off) may
+lead somewhere, so it ends that spacing at once: a full cluster places its next session as soon
+as one ends, not a whole fruitless cycle later. A cycle that moved something is followed at once.
 
 A cycle that fails never ends its loop: the next one tries again. While PostgreSQL or Redis is
 away (`common.outages`), the first failed cycle is logged as a warning and the rest quietly, until
@@ -32,6 +32,10 @@ from sokovan.common.outages import is_outage
 from sokovan.common.supervise import describe
 
 log = structlog.get_logger(__name__)
+
+# After a cycle that moved nothing, the next waits this many times that cycle's length (unless a
+# hint that is not only demand arrives): such cycles take at most a third of the lane's time.
+SPACING = 2.0
 
 
 class CoordinatorLoop:
@@ -104,15 +108,15 @@ class CoordinatorLoop:
             await _wait_any(self._news, stop, quiet)
 
     async def _run_spaced(self, kind: str, urgent: bool = False) -> bool:
-        """One cycle; one that moved nothing, long or short, spaces the next short one out by its
-        own duration (a long cycle that found nothing is as fruitless as a short one). False: a
+        """One cycle; one that moved nothing, long or short, spaces the next one out (`SPACING`):
+        a long cycle that found nothing is as fruitless as a short one. False: a
         short cycle was not run, as a long one spaced it out while it waited to run."""
         started = time.monotonic()
         moved = await self._run_once(kind, urgent)
         if moved is None:
             return False
         if not moved:
-            self._quiet_until = time.monotonic() + (time.monotonic() - started)
+            self._quiet_until = time.monotonic() + SPACING * (time.monotonic() - started)
         return True
 
     async def _run_once(self, kind: str, urgent: bool = False) -> bool | None:
