@@ -57,6 +57,7 @@ async def test_a_hand_off_and_a_kernel_event_probe_their_rows_among_thousands(en
             "ids": [sid],
             "now": now,
             "terminal": ["TERMINATED"],
+            "success": "SUCCESS",
         },
     )
     print(plan)  # for the record (pytest -s)
@@ -98,7 +99,9 @@ async def test_a_batch_of_thousands_is_never_tested_row_by_row_against_its_ids(e
         for sid in ids
     ]  # fmt: skip
     plan = await plan_of(
-        engine, _MOVE, {"batch": json.dumps(batch), "ids": ids, "now": now, "terminal": ["ERROR"]}
+        engine,
+        _MOVE,
+        {"batch": json.dumps(batch), "ids": ids, "now": now, "terminal": ["ERROR"], "success": "SUCCESS"},
     )
     assert len(ids) == 2000 and "rows=2000" in plan and array_filters(plan) == []
     events = [
