@@ -4,10 +4,11 @@
 with kernel events (pulling, prepared, image-pull-failed) and PromoteToPrepared moves on.
 `START_SESSIONS` (PREPARED → CREATING): agents start the kernels; they answer with kernel events
 (running, creation-failed, terminated) and PromoteToRunning moves on.
-The events a call caused come back in its answer too (`agent.answers`): the coordinator applies
-them right after it has written the cycle's transitions (`ScheduleCoordinator.apply_answers`), so
-a session whose image is there, or whose kernel starts at once, moves on within the lane's cycle
-instead of a trip over the bus later.
+The events a call caused come back in its answer too (`agent.answers`): a session every kernel
+of which was answered into the next status (prepared, running) moves on in the same write as the
+call's success (`answered_moves`), and the coordinator applies any other answered event right
+after that write (`ScheduleCoordinator.apply_answers`), so a session whose image is there, or
+whose kernel starts at once, moves on within the lane's cycle instead of a trip over the bus later.
 
 A failed call is a failure of that stage (retried, then the session is rescheduled). The kernels
 for one agent go in calls that stay under its body limit; a session too large for one call fails
