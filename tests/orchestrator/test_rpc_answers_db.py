@@ -4,14 +4,13 @@ all. Answers about kernels not sent, from another agent, or malformed are ignore
 
 from __future__ import annotations
 
-import contextlib
 import random
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select, update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from sokovan.agent import answers
@@ -28,6 +27,7 @@ from sokovan.orchestrator.schedule.coordinator import ScheduleCoordinator
 from tests.orchestrator.db_seed import Seed
 from tests.orchestrator.test_preemption_db import Collect
 from tests.orchestrator.test_rpc_batches_db import SECRET, Recorder
+from tests.support import statements_sent
 
 S = SessionStatus
 
@@ -67,21 +67,6 @@ async def serve(
         )
 
 
-@contextlib.contextmanager
-def counting(engine: AsyncEngine) -> Iterator[list[str]]:
-    """The statements `engine` sends while the block runs."""
-    sent: list[str] = []
-
-    def note(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        sent.append(" ".join(statement.split())[:80])
-
-    event.listen(engine.sync_engine, "before_cursor_execute", note)
-    try:
-        yield sent
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", note)
-
-
 async def steps(conn: AsyncConnection, first: Any, where: Any) -> list[tuple[Any, ...]]:
     """(`first`, to_status) of a history table's rows matching `where`, in order."""
     table = first.class_
@@ -113,13 +98,12 @@ async def test_a_session_moves_on_its_agents_answers_alone(
     coordinator = ScheduleCoordinator(
         engine, ClusterConfig(), session_lanes(engine, client), events=published
     )
-    with counting(engine) as statements:
+    with statements_sent(engine) as statements:
         await coordinator.cycle_lane("prepare", short=True)
     assert await status_of(engine, sid) == "PREPARED"  # one cycle: prepared on the answer
     # The session read and one write: the promotion the answers met went with the call's move.
     assert len(statements) == 2, statements
-    statements.clear()
-    with counting(engine) as statements:
+    with statements_sent(engine) as statements:
         await coordinator.cycle_lane("start", short=True)
     assert await status_of(engine, sid) == "RUNNING"
     assert len(statements) == 2, statements

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
-from sqlalchemy import DateTime, MetaData, String, Text, func, text
+from sqlalchemy import BigInteger, DateTime, MetaData, String, Text, func, text
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -37,8 +37,11 @@ EMPTY_JSON = text("'{}'::jsonb")
 
 
 class HandlerRun:
-    """The columns every history table shares: which handler ran, its outcome, from → to."""
+    """The columns the deployment and route history tables share: the row's id and time, which
+    handler ran, its outcome, from → to (each table adds the key of what it is the history of)."""
 
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    created_at: Mapped[dt.datetime] = created_at_column()
     handler: Mapped[str] = mapped_column(String(64), nullable=False)
     result: Mapped[str] = mapped_column(String(16), nullable=False)
     from_status: Mapped[str | None] = mapped_column(String(16), nullable=True)

@@ -7,7 +7,7 @@ import datetime as dt
 import uuid
 from typing import Any
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, column
+from sqlalchemy import ForeignKey, Index, Integer, String, column
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -76,17 +76,13 @@ class Route(Base):
 
 class DeploymentHistory(HandlerRun, Base):
     __tablename__ = "deployment_history"
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     deployment_id: Mapped[uuid.UUID] = mapped_column(
         ForeignKey("deployments.id", ondelete="CASCADE"), nullable=False, index=True
     )
-    created_at: Mapped[dt.datetime] = created_at_column()
 
 
 class RouteHistory(HandlerRun, Base):
     __tablename__ = "route_history"
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     route_id: Mapped[uuid.UUID] = mapped_column(
         ForeignKey("routes.id", ondelete="CASCADE"), nullable=False, index=True
     )
-    created_at: Mapped[dt.datetime] = created_at_column()
