@@ -1,4 +1,8 @@
-"""`sokovan dev`: services, schema, an admin keypair, a manager and two process agents.
+"""`sokovan dev`: services, schema, an admin keypair, a manager and two agents.
+
+The agents run kernels in containers when scripts/services.py found or started a container engine
+and a local registry with the default images (SOKOVAN_ENGINE, SOKOVAN_REGISTRY); otherwise the
+script said why, and they run kernels as host processes.
 
 Services come from the SOKOVAN_* variables when set, else the standard local ports, else
 throwaway servers started under `.dev/` by scripts/services.py; those `sokovan dev` started it also
@@ -42,6 +46,15 @@ def ensure_services() -> dict[str, str]:
     return values
 
 
+def agent_backend(values: dict[str, str]) -> tuple[str, tuple[str, ...]]:
+    """("container" or "process", the agents' backend flags) from the services found."""
+    engine, registry = values.get("SOKOVAN_ENGINE"), values.get("SOKOVAN_REGISTRY")
+    if engine and registry:
+        return "container", ("--backend", "container", "--engine", engine, "--registry", registry)
+    print("no container engine and registry: the agents run kernels as host processes", flush=True)
+    return "process", ("--backend", "process")
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -55,6 +68,7 @@ def run_dev() -> None:
     env = dict(os.environ)
     throwaways_before = THROWAWAY_STATE.exists()  # started earlier (make services): not ours to stop
     env.update(ensure_services())
+    backend, agent_flags = agent_backend(env)
     env.setdefault("SOKOVAN_CLUSTER_SECRET", secrets.token_urlsafe(24))
     env.setdefault("SOKOVAN_API_BIND", "127.0.0.1:8090")
     asyncio.run(prepare_database(env["SOKOVAN_DB_URL"]))
@@ -66,12 +80,12 @@ def run_dev() -> None:
     try:
         cluster.start_manager(wait=False)
         for agent_id in AGENTS:
-            cluster.start_agent(agent_id)
+            cluster.start_agent(agent_id, extra=agent_flags)
         proxy = cluster.start_proxy(env.setdefault("SOKOVAN_PROXY_BIND", "127.0.0.1:8091"), wait=False)
         asyncio.run(cluster.wait_ready(AGENTS, within=60))
         proxy.wait_up()
         print(
-            f"\nSokovan is running: a manager, {len(AGENTS)} process agents and the app proxy.\n"
+            f"\nSokovan is running: a manager, {len(AGENTS)} {backend} agents and the app proxy.\n"
             f"  API:     {cluster.api}\n  console: {cluster.api}/ui/\n  proxy:   {proxy.url}\n"
             f"  token:   {token}\n\n"
             f"  export SOKOVAN_API={cluster.api} SOKOVAN_TOKEN={token}\n"

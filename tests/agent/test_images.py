@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -18,8 +18,16 @@ def test_defaults() -> None:
     python = catalog.get("python:3")
     shell = catalog.get("shell")
     assert python is not None and shell is not None
-    assert python.environment()["PATH"] == os.environ.get("PATH", SYSTEM_PATH)
+    path = python.environment()["PATH"].split(":")
+    assert path[-3:] == SYSTEM_PATH.split(":")  # the system's, maybe after python3's own directory
+    assert shutil.which("python3", path=":".join(path)) is not None
     assert shell.environment() == {"PATH": SYSTEM_PATH}
+
+
+def test_python_never_gets_the_agents_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", f"/agent/secret/bin:{SYSTEM_PATH}")
+    python = ImageCatalog().get("python:3")
+    assert python is not None and "/agent/secret/bin" not in python.environment()["PATH"]
 
 
 def test_toml_file(tmp_path: Path) -> None:

@@ -25,30 +25,29 @@ import contextlib
 import tempfile
 import time
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import aiodocker
 import structlog
 
-from sokovan.agent.events import image_unavailable, kernel_ids
+from sokovan.agent.backends import ContainerConfig, KernelBackend, container_backend, open_engine
+from sokovan.agent.container.engine_client import close_client
 from sokovan.agent.health import DEFAULT_MIN_FREE_DISK, check_health
 from sokovan.agent.heartbeat_timing import HeartbeatInterval
 from sokovan.agent.images import ImageCatalog
 from sokovan.agent.isolation import Isolation, IsolationOptions
+from sokovan.agent.kernel_uids import KernelUids
 from sokovan.agent.outbox import MAX_PENDING
 from sokovan.agent.process_backend import ProcessBackend
 from sokovan.agent.rpc_server import RPCServer, single_agent
-from sokovan.agent.runtime import AgentLink
+from sokovan.agent.runtime import AgentLink, AgentStartError
 from sokovan.agent.service_ports import service_host
 from sokovan.agent.signals import run_until
 from sokovan.agent.state_file import StateFile, default_path
-from sokovan.common.events import (
-    AgentHeartbeat,
-    AgentStopping,
-    KernelImagePullFailed,
-    KernelPrepared,
-    KernelPulling,
-)
+from sokovan.common.events import AgentHeartbeat, AgentStopping
 from sokovan.common.lifecycle import Service
 from sokovan.common.rpc import (
     AcceptedResponse,
@@ -67,6 +66,9 @@ log = structlog.get_logger(__name__)
 
 DRAIN_TIMEOUT = 10.0
 HOUSEKEEPING_INTERVAL = 10.0
+# How long an RPC call waits for its kernels' pulls and starts before it answers (the manager's
+# RPC timeout is 10 s); what is not done by then goes on, and its events go by the bus alone.
+ANSWER_WAIT = 5.0
 FOLLOW_STEP = 1.0  # the heartbeat loop looks at the (live) interval at least this often
 
 
@@ -90,6 +92,8 @@ class AgentConfig:
     isolation: IsolationOptions = field(default_factory=IsolationOptions)
     max_outbox: int = MAX_PENDING  # events kept while Redis is unreachable
     housekeeping_interval: float = HOUSEKEEPING_INTERVAL
+    containers: ContainerConfig = field(default_factory=ContainerConfig)
+    service_host: str | None = None  # where inference ports are published (default: from rpc_host)
 
     def resolved_work_dir(self) -> Path:
         return self.work_dir or Path(tempfile.gettempdir()) / f"sokovan-agent-{self.agent_id}"
@@ -112,16 +116,19 @@ class AgentDaemon(Service):
         self.state_file = config.resolved_state_file()
         self._outbox.max_pending = config.max_outbox
         self.isolation, self._cgroup_note = Isolation.detect(config.isolation)
-        self.backend = ProcessBackend(
+        self.service_host = config.service_host or service_host(config.rpc_host)
+        self.backend: KernelBackend = ProcessBackend(
             config.agent_id,
             self.work_dir,
             config.catalog,
             self._outbox.emit,
             config.kill_grace,
-            service_host=service_host(config.rpc_host),
+            service_host=self.service_host,
             state=StateFile(self.state_file, config.agent_id),
             isolation=self.isolation,
         )
+        self._engine: aiodocker.Docker | None = None
+        self._calls: set[asyncio.Task[None]] = set()
         self.interval = HeartbeatInterval(settings, config.heartbeat_interval)
         self._rpc = RPCServer(single_agent(self), self._link.secret, config.rpc_host, config.rpc_port)
         self._seq = 0
@@ -133,12 +140,47 @@ class AgentDaemon(Service):
     def rpc_addr(self) -> str:
         return self._rpc.rpc_addr
 
-    async def start(self) -> None:
-        await self._link.open(
-            self._rpc, "the agent", prepare=lambda: self.isolation.prepare_work_dir(self.work_dir)
+    async def _pick_backend(self) -> None:
+        """The container backend when its engine answers (`--backend auto|container`)."""
+        wanted = self.config.containers.backend
+        if wanted == "process":
+            return
+        opened = await open_engine(self.config.containers)
+        if isinstance(opened, str):
+            if wanted == "container":
+                raise AgentStartError(f"--backend container: {opened}")
+            log.warning("agent.no_engine", reason=opened, backend="process")
+            return
+        self._engine, url = opened
+        self.backend = container_backend(
+            self._engine,
+            self.config.containers,
+            agent_id=self.agent_id,
+            work_dir=self.work_dir,
+            emit=self._outbox.emit,
+            uids=KernelUids(self.config.isolation.kernel_uids),
+            kill_grace=self.config.kill_grace,
+            service_host=self.service_host,
+            keep_ended_kernels=self.config.isolation.keep_ended_kernels,
         )
+        log.info("agent.engine", engine=url)
+
+    async def start(self) -> None:
+        await self._pick_backend()
+        try:
+            await self._link.open(
+                self._rpc, "the agent", prepare=lambda: self.isolation.prepare_work_dir(self.work_dir)
+            )
+        except AgentStartError:
+            await self._close_engine()
+            raise
         self._started = True
-        recovered = self.backend.recover()
+        try:
+            recovered = await self.backend.start()
+        except (aiodocker.DockerError, OSError) as exc:
+            await self._link.close()
+            await self._close_engine()
+            raise AgentStartError(f"cannot take over the engine's kernels: {exc}") from exc
         self._link.spawn(self._outbox.run(), name="agent-outbox")
         self._heartbeat()  # the first heartbeat is the registration
         for event in recovered:  # after the registration, before anything a kernel does next
@@ -155,7 +197,7 @@ class AgentDaemon(Service):
             heartbeat_interval=self.interval.source,
             max_outbox=self.config.max_outbox,
         )
-        log.info("agent.isolation", **self.isolation.describe(), cgroups=self._cgroup_note)
+        log.info("agent.backend", **self.backend.describe(), cgroups=self._cgroup_note)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop` is set; a `StopSignal` set by SIGTERM leaves the kernels running."""
@@ -187,7 +229,13 @@ class AgentDaemon(Service):
         if not await self._outbox.drain(DRAIN_TIMEOUT):
             log.warning("agent.events_lost_at_stop", agent_id=self.agent_id)
         await self._link.close()
+        await self._close_engine()
         log.info("agent.stopped", agent_id=self.agent_id)
+
+    async def _close_engine(self) -> None:
+        if self._engine is not None:
+            await close_client(self._engine)
+            self._engine = None
 
     def _heartbeat(self) -> None:
         self._seq += 1
@@ -201,7 +249,9 @@ class AgentDaemon(Service):
                 health=check_health(self.work_dir, self.config.min_free_disk),
                 scaling_group=self.config.scaling_group,
                 available_slots=self.config.slots.to_json(),
-                images=self.config.catalog.names(),
+                images=self.backend.images_offered(),
+                registries=self.backend.registries,
+                backend=self.backend.name,
                 rpc_addr=self.rpc_addr,
                 running_kernels=running,
                 kernel_count=len(running),
@@ -236,20 +286,31 @@ class AgentDaemon(Service):
 
     # RPC handlers (see rpc_server.AgentRPCHandlers)
 
+    async def _within_answer(self, calls: list[Coroutine[Any, Any, None]]) -> None:
+        """Run `calls` at once and wait up to ANSWER_WAIT for them: a slow pull or start goes on
+        after the answer (its events then go by the bus alone)."""
+        if not calls:
+            return
+        tasks = [asyncio.create_task(call) for call in calls]
+        for task in tasks:
+            self._calls.add(task)
+            task.add_done_callback(self._calls.discard)
+        await asyncio.wait(tasks, timeout=ANSWER_WAIT)
+
     async def check_and_pull(self, request: CheckAndPullRequest) -> AcceptedResponse:
-        for spec in request.kernels:
-            ids = kernel_ids(self.agent_id, spec)
-            self._outbox.emit(KernelPulling(**ids))
-            if spec.image in self.config.catalog:
-                self._outbox.emit(KernelPrepared(**ids))
-            else:
-                message = image_unavailable(spec.image, self.agent_id)
-                self._outbox.emit(KernelImagePullFailed(**ids, message=message))
+        if isinstance(self.backend, ProcessBackend):  # at once, in the call's own task
+            for spec in request.kernels:
+                await self.backend.check_and_pull(spec)
+        else:
+            await self._within_answer([self.backend.check_and_pull(spec) for spec in request.kernels])
         return AcceptedResponse(accepted=[spec.kernel_id for spec in request.kernels])
 
     async def create_kernels(self, request: CreateKernelsRequest) -> AcceptedResponse:
-        for spec in request.kernels:
-            await self.backend.create(spec)
+        if isinstance(self.backend, ProcessBackend):
+            for spec in request.kernels:
+                await self.backend.create(spec)
+        else:
+            await self._within_answer([self.backend.create(spec) for spec in request.kernels])
         return AcceptedResponse(accepted=[spec.kernel_id for spec in request.kernels])
 
     async def destroy_kernels(self, request: DestroyKernelsRequest) -> AcceptedResponse:
@@ -263,4 +324,4 @@ class AgentDaemon(Service):
         return AcceptedResponse(accepted=[item.kernel_id for item in request.kernels])
 
     async def logs(self, request: LogsRequest) -> LogsResponse | None:
-        return self.backend.logs(request.kernel_id)
+        return await self.backend.read_logs(request.kernel_id)

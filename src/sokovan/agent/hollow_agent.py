@@ -176,6 +176,7 @@ class HollowAgent:
                 scaling_group=self._behaviour.scaling_group,
                 available_slots=self._behaviour.available_slots,
                 images=self._images,
+                backend="hollow",
                 rpc_addr=rpc_addr,
                 running_kernels=running,
                 kernel_count=len(running),

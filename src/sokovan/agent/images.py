@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -47,10 +48,20 @@ class ImageEnv:
         return out
 
 
+def python_path() -> tuple[str, ...]:
+    """The PATH of `python:3`: the system directories, with the directory of the first `python3`
+    on the agent's PATH before them when the system has none. Never the agent's whole PATH (a
+    kernel would find the agent's virtual environment and whatever else the agent's PATH names)."""
+    system = tuple(SYSTEM_PATH.split(":"))
+    if shutil.which("python3", path=SYSTEM_PATH):
+        return system
+    found = shutil.which("python3")
+    return (os.path.dirname(found), *system) if found else system
+
+
 def default_images() -> dict[str, ImageEnv]:
-    host_path = os.environ.get("PATH") or SYSTEM_PATH
     return {
-        "python:3": ImageEnv(path=tuple(p for p in host_path.split(":") if p)),
+        "python:3": ImageEnv(path=python_path()),
         "shell": ImageEnv(path=tuple(SYSTEM_PATH.split(":"))),
     }
 

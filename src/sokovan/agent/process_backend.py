@@ -50,7 +50,14 @@ from sokovan.agent.oom import SIGKILL_EXIT, killed_for_memory, oom_kill_count
 from sokovan.agent.reconcile import reconcile_event
 from sokovan.agent.service_ports import INFERENCE, PortAllocator
 from sokovan.agent.state_file import KernelRecord, StateFile
-from sokovan.common.events import KernelCreationFailed, KernelRunning, KernelTerminated
+from sokovan.common.events import (
+    KernelCreationFailed,
+    KernelImagePullFailed,
+    KernelPrepared,
+    KernelPulling,
+    KernelRunning,
+    KernelTerminated,
+)
 from sokovan.common.rpc import KernelSpec, LogsResponse, ReconcileItem
 
 log = structlog.get_logger(__name__)
@@ -101,6 +108,9 @@ def end_reason(exit_code: int | None, oom_mark: int | None, destroy_requested: b
 class ProcessBackend:
     """Starts, watches and stops kernel processes of one agent."""
 
+    name = "process"
+    registries: list[str] = []  # a process agent pulls nothing
+
     def __init__(
         self,
         agent_id: str,
@@ -129,6 +139,28 @@ class ProcessBackend:
 
     def running_kernels(self) -> list[str]:
         return sorted(self._live)
+
+    def images_offered(self) -> list[str]:
+        return self.catalog.names()
+
+    def describe(self) -> dict[str, object]:
+        return {"backend": self.name, **self.isolation.describe()}
+
+    async def start(self) -> list[BaseModel]:
+        """`recover()`, as the daemon's start calls every backend."""
+        return self.recover()
+
+    async def read_logs(self, kernel_id: str) -> LogsResponse | None:
+        return self.logs(kernel_id)
+
+    async def check_and_pull(self, spec: KernelSpec) -> None:
+        """A catalog image is there or not: PREPARED at once, or IMAGE_PULL_FAILURE."""
+        ids = kernel_ids(self.agent_id, spec)
+        self._emit(KernelPulling(**ids))
+        if spec.image in self.catalog:
+            self._emit(KernelPrepared(**ids))
+        else:
+            self._emit(KernelImagePullFailed(**ids, message=image_unavailable(spec.image, self.agent_id)))
 
     def _save(self) -> None:
         if self.state is not None:

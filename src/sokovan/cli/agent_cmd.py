@@ -166,9 +166,42 @@ async def _serve(settings: Settings, config: AgentConfig | HollowConfig) -> None
     metavar="NAME[,NAME...]",
     help="For tests: drop the first event of each named kind (e.g. kernel.running).",
 )
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "container", "process"]),
+    default=None,
+    help="Where kernels run: containers of an engine, host processes, or containers when the engine "
+    "answers (auto, the default).",
+)
+@click.option(
+    "--engine",
+    default=None,
+    metavar="URL",
+    help="Docker-API engine, unix:///path or tcp://host:port (default: DOCKER_HOST, else Podman's "
+    "or Docker's socket).",
+)
+@click.option(
+    "--registry",
+    multiple=True,
+    envvar="SOKOVAN_REGISTRY",
+    metavar="HOST[:PORT]",
+    help="A registry kernels' images may be pulled from (repeatable; the first is the default, "
+    "against which short names like python:3 resolve).",
+)
+@click.option(
+    "--service-host",
+    default=None,
+    help="Host address inference kernels' ports are published on (default: the RPC host, 127.0.0.1).",
+)
+@click.option(
+    "--allow-outbound/--no-outbound",
+    default=None,
+    help="Let session networks' kernels reach the world outside the host (off by default).",
+)
 @log_format_option
 def agent(config: str | None, log_format: str | None, **options: Any) -> None:
     """Run an agent daemon whose kernels are OS processes (or, with --simulate N, N hollow agents)."""
+    options["registry"] = tuple(options.get("registry") or ()) or None
     flags = AgentFlags(**options)
     settings = load_or_exit(config)
     try:

@@ -23,6 +23,7 @@ from sokovan.agent.secret_file import (
     SecretFileError,
     read_secret_file,
 )
+from sokovan.cli.agent_containers import build_containers
 from sokovan.common.slots import ResourceSlots, SlotError
 from sokovan.common.types import AgentClass
 
@@ -100,6 +101,11 @@ class AgentFlags:
     keep_ended_kernels: float | None = None
     max_outbox: int | None = None
     secret_file: str | None = None
+    backend: str | None = None
+    engine: str | None = None
+    registry: tuple[str, ...] | None = None
+    service_host: str | None = None
+    allow_outbound: bool | None = None
 
 
 def build_config(file_values: dict[str, Any], flags: AgentFlags) -> AgentConfig:
@@ -143,6 +149,15 @@ def build_config(file_values: dict[str, Any], flags: AgentFlags) -> AgentConfig:
     if outbox is not None and outbox < 1:
         raise click.ClickException("max outbox must be at least 1")
     config.max_outbox = MAX_PENDING if outbox is None else int(outbox)
+    config.containers = build_containers(
+        file_values,
+        backend=flags.backend,
+        engine=flags.engine,
+        registries=flags.registry,
+        allow_outbound=flags.allow_outbound,
+        isolation=config.isolation,
+    )
+    config.service_host = pick(flags.service_host, file_values, "service_host", str)
     return config
 
 

@@ -20,6 +20,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("sokovan.cli.config_cmd", "config"),
     ("sokovan.cli.proxy_cmd", "proxy"),
     ("sokovan.cli.completion_cmd", "completion"),
+    ("sokovan.cli.images_cmd", "images"),
 ]
 
 

@@ -37,8 +37,17 @@ class AgentHealth(BaseModel):
     load1: float | None = None  # the one-minute load average
 
 
+# How an agent runs kernels (`AgentHeartbeat.backend`); the manager stores any other value as "process".
+AGENT_BACKENDS = ("container", "process", "hollow")
+
+
 class AgentHeartbeat(_Event):
-    """`seq` only grows within one `boot_id`: a beat that does not is a replay, refused and counted."""
+    """`seq` only grows within one `boot_id`: a beat that does not is a replay, refused and counted.
+
+    `images` are the references of the images the agent holds (a process agent: its catalog's
+    names) and `registries` those it may pull from, its default first (none for process and hollow
+    agents); the manager stores both as one list (`common.image_refs.stored_images`). `backend`
+    says how the agent runs kernels, for the API only: placement reads none of it."""
 
     name: Literal["agent.heartbeat"] = "agent.heartbeat"
     seq: int
@@ -48,6 +57,8 @@ class AgentHeartbeat(_Event):
     scaling_group: str = "default"
     available_slots: dict[str, str]
     images: list[str]
+    registries: list[str] = Field(default_factory=list)
+    backend: str = "process"
     rpc_addr: str
     running_kernels: list[str] = Field(default_factory=list)
     kernel_count: int | None = None  # len(running_kernels) when None
@@ -80,11 +91,16 @@ class KernelImagePullFailed(_KernelEvent):
 
 class KernelRunning(_KernelEvent):
     """The kernel's process runs. `service_addr` (`http://host:port[/path]`) is where the HTTP server
-    of an inference kernel answers; None for other kernels and in events of older agents."""
+    of an inference kernel answers; None for other kernels and in events of older agents. A
+    container agent also names the `image` the kernel runs, resolved against its default registry
+    (`127.0.0.1:5000/python:3`), and that image's manifest digest (`image_digest`, `sha256:…`);
+    None where the agent does not know them (process and hollow agents)."""
 
     name: Literal["kernel.running"] = "kernel.running"
     pid: int | None = None
     service_addr: str | None = None
+    image: str | None = None
+    image_digest: str | None = None
 
 
 class KernelCreationFailed(_KernelEvent):

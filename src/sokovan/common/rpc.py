@@ -65,6 +65,9 @@ class KernelSpec(BaseModel):
     slots: dict[str, str] = Field(default_factory=dict)
     cluster_role: str = "main"
     cluster_idx: int = 0
+    # How many kernels the session has (its cluster's size): a container agent derives the cluster's
+    # hostnames and launcher variables (`SOKOVAN_CLUSTER_HOSTS`, `WORLD_SIZE`) from it.
+    cluster_size: int = 1
 
 
 class CheckAndPullRequest(BaseModel):

@@ -153,6 +153,9 @@ class Agent(Base):
     disabled: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
     boot_failures: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     rejected_beats: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    # How the agent runs kernels (`container`, `process`, `hollow`), as its heartbeats say; for the
+    # API only (placement reads none of it, so the fingerprint and the set version leave it out).
+    backend: Mapped[str] = mapped_column(String(16), nullable=False, server_default="process")
     # What placement parses, fingerprinted by PostgreSQL whenever the row is written
     # (`provisioner.agent_statics`): equal fingerprints, equal capacity and images.
     statics_fingerprint: Mapped[str] = mapped_column(
@@ -262,6 +265,10 @@ class Kernel(Base):
     terminated_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
     # Where the kernel's server answers (`http://host:port`), reported by its agent when it runs.
     service_addr: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    # The image the kernel runs as its agent resolved it, and its manifest digest (`sha256:…`);
+    # reported by container agents when the kernel runs, NULL otherwise (CONTRACT section 11).
+    image_ref: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    image_digest: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
 
 class SessionDependency(Base):

@@ -271,6 +271,8 @@ class AgentProc(Daemon):
             args += ["--work-dir", str(reachable(work_dir))]
         if simulate is not None:
             args += ["--simulate", str(simulate)]
+        elif not any(a == "--backend" or a.startswith("--backend=") for a in extra):
+            args += ["--backend", "process"]  # a test that wants containers says so
         super().__init__(agent_id, [*args, *extra], agent_environment(env, secret_file), log_dir)
         self.agent_id = agent_id
 

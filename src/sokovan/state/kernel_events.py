@@ -37,12 +37,27 @@ _WHILE_PREPARING = frozenset({K.SCHEDULED, K.PREPARING, K.PULLING})
 _WHILE_STARTING = frozenset({K.PREPARED, K.CREATING})
 _LIVE = K.non_terminal()
 SERVICE_ADDR_WIDTH = 256  # kernels.service_addr is VARCHAR(256)
+IMAGE_REF_WIDTH = 512  # kernels.image_ref is VARCHAR(512)
+IMAGE_DIGEST_WIDTH = 128  # kernels.image_digest is VARCHAR(128)
 
 
-def _storable(service_addr: str | None) -> bool:
-    """An address that fits kernels.service_addr; a longer one is dropped rather than failing the
-    batch it came in (it could not be a valid `http://host:port` anyway)."""
-    return service_addr is not None and 0 < len(service_addr) <= SERVICE_ADDR_WIDTH
+def _storable(value: str | None, width: int = SERVICE_ADDR_WIDTH) -> bool:
+    """A value that fits its column; a longer one is dropped rather than failing the batch it came
+    in (it could not be a valid `http://host:port`, image reference or digest anyway)."""
+    return value is not None and 0 < len(value) <= width
+
+
+def _running(event: KernelRunning) -> dict[str, Any]:
+    """What a running kernel's event writes besides its status: where its server answers, and the
+    image it runs with that image's digest (container agents), each only when it fits."""
+    extra: dict[str, Any] = {}
+    if _storable(event.service_addr):
+        extra["service_addr"] = event.service_addr
+    if _storable(event.image, IMAGE_REF_WIDTH):
+        extra["image_ref"] = event.image
+    if _storable(event.image_digest, IMAGE_DIGEST_WIDTH):
+        extra["image_digest"] = event.image_digest
+    return extra
 
 
 def _failure(cause: FailureCause, message: str) -> dict[str, Any]:
@@ -59,8 +74,7 @@ def _plan(event: KernelEvent) -> tuple[frozenset[KernelStatus], KernelStatus, di
         case KernelImagePullFailed():
             return _WHILE_PREPARING, K.ERROR, _failure(FailureCause.IMAGE_PULL_FAILURE, event.message)
         case KernelRunning():
-            addr = event.service_addr
-            return _WHILE_STARTING, K.RUNNING, {"service_addr": addr} if _storable(addr) else {}
+            return _WHILE_STARTING, K.RUNNING, _running(event)
         case KernelCreationFailed():
             return _WHILE_STARTING, K.ERROR, _failure(FailureCause.UNKNOWN, event.message)
     assert isinstance(event, KernelTerminated)
@@ -136,7 +150,8 @@ def _coalesce(transitions: Sequence[KernelTransition]) -> list[KernelTransition]
     A transition that carries nothing but a status (no exit code, no status_info) is dropped when
     the next transition of the same kernel would accept the kernel both before and after it —
     e.g. pulling then prepared: the kernel goes straight to PREPARED, one write instead of two.
-    A service address of the dropped step goes with the next one (running then terminated).
+    A service address, image and digest of the dropped step go with the next one (running then
+    terminated).
     """
     out: list[KernelTransition] = []
     last: dict[uuid.UUID, int] = {}
@@ -146,13 +161,24 @@ def _coalesce(transitions: Sequence[KernelTransition]) -> list[KernelTransition]
             prev = out[i]
             bare = prev.exit_code is None and not prev.status_info
             if bare and prev.expected | {prev.to_status} <= t.expected:
-                if prev.service_addr and not t.service_addr:
-                    t = replace(t, service_addr=prev.service_addr)
+                t = _carried(prev, t)
                 out[i] = t
                 continue
         last[t.kernel_id] = len(out)
         out.append(t)
     return out
+
+
+def _carried(prev: KernelTransition, t: KernelTransition) -> KernelTransition:
+    """`t` with what the dropped step `prev` would have written and `t` does not."""
+    if not (prev.service_addr or prev.image_ref or prev.image_digest):
+        return t
+    return replace(
+        t,
+        service_addr=t.service_addr or prev.service_addr,
+        image_ref=t.image_ref or prev.image_ref,
+        image_digest=t.image_digest or prev.image_digest,
+    )
 
 
 def _rounds(transitions: Sequence[KernelTransition]) -> list[list[KernelTransition]]:

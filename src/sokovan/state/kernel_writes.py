@@ -102,6 +102,10 @@ class KernelTransition:
     agent_id: str | None = None
     # Where the kernel's HTTP server answers (inference kernels); written only when set.
     service_addr: str | None = None
+    # The image the kernel runs (resolved reference) and its digest (container agents); written only
+    # when set.
+    image_ref: str | None = None
+    image_digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,7 @@ _APPLY = text(
     WITH v AS (
         SELECT * FROM ROWS FROM (jsonb_to_recordset(CAST(:batch AS jsonb)) AS (
             id uuid, expected text[], to_status text, agent text, exit_code int, info jsonb,
-            terminal bool, addr text, source text, message text
+            terminal bool, addr text, image text, digest text, source text, message text
         )) WITH ORDINALITY AS v
     ), cur AS MATERIALIZED (
         SELECT k.id, k.status, k.session_id, k.agent_id, s.user_id
@@ -152,7 +156,9 @@ _APPLY = text(
             exit_code = coalesce(v.exit_code, k.exit_code),
             terminated_at = coalesce(
                 k.terminated_at, CASE WHEN v.terminal THEN CAST(:now AS timestamptz) END),
-            service_addr = coalesce(v.addr, k.service_addr)
+            service_addr = coalesce(v.addr, k.service_addr),
+            image_ref = coalesce(v.image, k.image_ref),
+            image_digest = coalesce(v.digest, k.image_digest)
         FROM v JOIN cur ON cur.id = v.id
         WHERE k.id = v.id AND cur.status = ANY(v.expected) AND (v.agent IS NULL OR cur.agent_id = v.agent)
         RETURNING k.id
@@ -188,6 +194,8 @@ async def apply_kernel_transitions(
             "info": t.status_info or {},
             "terminal": t.to_status.is_terminal,
             "addr": t.service_addr,
+            "image": t.image_ref,
+            "digest": t.image_digest,
             "source": t.source,
             "message": t.message,
         }

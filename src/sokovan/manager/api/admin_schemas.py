@@ -306,7 +306,13 @@ class AgentOut(BaseModel):
     disabled: bool = Field(description="an operator's disable: DOWN until enabled")
     running_kernels: int
     schedulable: bool
-    images: list[str]
+    images: list[str] = Field(
+        description="the images it holds; for those of its default registry also their short names"
+    )
+    registries: list[str] = Field(
+        default_factory=list, description="the registries it may pull from (none for process agents)"
+    )
+    backend: str = Field(default="process", description="how it runs kernels: container, process or hollow")
     rpc_addr: str
 
 

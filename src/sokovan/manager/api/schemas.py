@@ -63,6 +63,14 @@ class KernelOut(BaseModel):
     service_addr: str | None = Field(
         default=None, description="where the kernel's HTTP server answers (inference kernels), once running"
     )
+    image: str | None = Field(
+        default=None,
+        description="the image the kernel runs: the reference its agent resolved (a short name placed in "
+        "the agent's default registry), or the session's image until a container agent reports it",
+    )
+    image_digest: str | None = Field(
+        default=None, description="the manifest digest (sha256:…) of the image it runs; null when unknown"
+    )
 
 
 class SessionOut(BaseModel):

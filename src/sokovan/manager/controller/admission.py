@@ -131,7 +131,8 @@ def check_shapes(spec: SessionCreateRequest, per_kernel: ResourceSlots, shapes: 
         )
     if not offering:
         raise UnknownReference(
-            f"unknown image {spec.image!r}: no agent of scaling group {spec.scaling_group!r} offers it"
+            f"unknown image {spec.image!r}: no agent of scaling group {spec.scaling_group!r} holds it "
+            "or may pull it from its registry"
         )
     reason = never_fits(per_kernel, spec.cluster_size, spec.cluster_mode, offering)
     if reason is not None:

@@ -1,8 +1,9 @@
 """What admission reads, kept in memory: a create that hits these caches costs no query here.
 
-- `CapacityCache`: a scaling group's allowed session types and its agents' capacity shapes for an
-  image, and the size of the largest group (what *could ever* fit; what fits now is the scheduler's
-  business). Only positive answers are kept, so a new group or a newly offered image is seen at once.
+- `CapacityCache`: a scaling group's allowed session types and the capacity shapes of its agents
+  that offer an image (hold it, or may pull it from its registry: `common.image_refs`), and the
+  size of the largest group (what *could ever* fit; what fits now is the scheduler's business).
+  Only positive answers are kept, so a new group or a newly offered image is seen at once.
 - `OwnerLimitsCache`: an owner's limits (keypair policy, project and domain quotas, the pending
   limit, retry defaults).
 
@@ -19,10 +20,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from sqlalchemy import bindparam, func, select
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import Text, bindparam, func, select
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from sokovan.common.image_refs import image_keys
 from sokovan.common.slots import ResourceSlots
 from sokovan.db.models import Agent, ScalingGroup
 from sokovan.manager.context import CacheEpoch
@@ -108,7 +110,7 @@ class CapacityCache(_Epoched):
         sg = (await conn.execute(_GROUP_TYPES, {"group": group})).first()
         if sg is None:
             return None
-        rows = await conn.execute(_CAPACITY_SHAPES, {"group": group, "image": [image]})
+        rows = await conn.execute(_CAPACITY_SHAPES, {"group": group, "keys": list(image_keys(image))})
         # Agents of one capacity are one row: a homogeneous fleet of any size costs one row here.
         offering = [
             AgentCapacity(f"{n} agent(s)", ResourceSlots.from_json(slots), frozenset({image}), count=int(n))
@@ -137,9 +139,14 @@ class CapacityCache(_Epoched):
 
 
 _GROUP_TYPES = select(ScalingGroup.allowed_session_types).where(ScalingGroup.name == bindparam("group"))
+# An agent offers the image when its stored list holds any of the image's keys (the image, its
+# normalized form, the mark of its registry or `*` for a short name: `image_refs.image_keys`).
 _CAPACITY_SHAPES = (
     select(Agent.available_slots, func.count())
-    .where(Agent.scaling_group == bindparam("group"), Agent.images.contains(bindparam("image", type_=JSONB)))
+    .where(
+        Agent.scaling_group == bindparam("group"),
+        Agent.images.has_any(bindparam("keys", type_=ARRAY(Text))),
+    )
     .group_by(Agent.available_slots)
 )
 _GROUP_SIZES = select(func.count().label("n")).select_from(Agent).group_by(Agent.scaling_group).subquery()

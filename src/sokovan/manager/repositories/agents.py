@@ -12,6 +12,7 @@ written with their history. Silence is judged elsewhere (the orchestrator's node
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.bus.user_events import UserEvent
-from sokovan.common.events import AgentHeartbeat
+from sokovan.common.events import AGENT_BACKENDS, AgentHeartbeat
+from sokovan.common.image_refs import stored_images
 from sokovan.common.metrics import AGENT_TRANSITIONS, HEARTBEATS_REPLAYED
 from sokovan.common.types import AgentClass, AgentStatus
 from sokovan.db.models import Agent, AgentHistory
@@ -82,12 +84,27 @@ def _agent_class(value: str) -> str:
     return value if value in _CLASSES else AgentClass.STANDARD.value
 
 
+_BACKENDS = frozenset(AGENT_BACKENDS)
+
+
+def _backend(value: str) -> str:
+    return value if value in _BACKENDS else "process"
+
+
+@functools.lru_cache(maxsize=4096)
+def _stored(images: tuple[str, ...], registries: tuple[str, ...]) -> tuple[str, ...]:
+    """An agent's stored image list (`image_refs.stored_images`), built once per distinct pair of
+    lists: an agent beats the same lists again and again, and a hollow fleet shares one."""
+    return tuple(stored_images(images, registries))
+
+
 def _beat_columns(hb: AgentHeartbeat, now: dt.datetime) -> dict[str, Any]:
     return {
         "scaling_group": hb.scaling_group,
         "available_slots": hb.available_slots,
         "rpc_addr": hb.rpc_addr,
-        "images": sorted(hb.images),
+        "images": list(_stored(tuple(hb.images), tuple(hb.registries))),
+        "backend": _backend(hb.backend),
         "boot_id": hb.boot_id,
         "heartbeat_seq": hb.seq,
         "heartbeat_signed_at": _aware(hb.at),
@@ -216,14 +233,14 @@ _REFRESH = text(
         rpc_addr = v.rpc_addr, images = v.images, boot_id = v.boot_id, heartbeat_seq = v.heartbeat_seq,
         heartbeat_signed_at = v.heartbeat_signed_at, last_heartbeat_at = v.last_heartbeat_at,
         max_kernels = v.max_kernels, running_kernels = v.running_kernels, agent_class = v.agent_class,
-        health = v.health, boot_failures = v.boot_failures,
+        health = v.health, boot_failures = v.boot_failures, backend = v.backend,
         status_info = CASE WHEN v.moved THEN v.status_info ELSE a.status_info END,
         status_changed_at = CASE WHEN v.moved THEN v.changed ELSE a.status_changed_at END
     FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS v(
         id text, status text, scaling_group text, available_slots jsonb, rpc_addr text, images jsonb,
         boot_id text, heartbeat_seq bigint, heartbeat_signed_at timestamptz,
         last_heartbeat_at timestamptz, max_kernels int, running_kernels jsonb, agent_class text,
-        health jsonb, boot_failures int, status_info jsonb, moved bool, changed timestamptz)
+        health jsonb, boot_failures int, backend text, status_info jsonb, moved bool, changed timestamptz)
     WHERE a.id = v.id AND a.id IN (SELECT unnest(CAST(:ids AS text[])))
     """
 )

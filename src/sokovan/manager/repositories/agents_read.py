@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import exists, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from sokovan.common.image_refs import split_stored
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus
 from sokovan.db.models import Agent, AgentHistory
@@ -35,6 +36,7 @@ _COLUMNS = (
     Agent.schedulable,
     Agent.images,
     Agent.rpc_addr,
+    Agent.backend,
 )
 
 
@@ -48,29 +50,35 @@ async def _views(conn: AsyncConnection, rows: Sequence[Any]) -> list[dict[str, A
     if not rows:
         return []
     occupied, counts = await agent_occupancy(conn, [r.id for r in rows])
-    return [
-        {
-            "id": r.id,
-            "status": r.status,
-            "status_changed_at": r.status_changed_at,
-            "status_info": dict(r.status_info or {}),
-            "agent_class": r.agent_class,
-            "scaling_group": r.scaling_group,
-            "available_slots": ResourceSlots.from_json(r.available_slots).to_json(),
-            "occupied_slots": occupied.get(r.id, ResourceSlots()).to_json(),
-            "last_heartbeat_at": r.last_heartbeat_at,
-            "heartbeat_seq": r.heartbeat_seq,
-            "boot_id": r.boot_id,
-            "health": dict(r.health or {}),
-            "rejected_beats": r.rejected_beats,
-            "disabled": r.disabled,
-            "running_kernels": counts.get(r.id, 0),
-            "schedulable": r.status == AgentStatus.READY and r.schedulable,
-            "images": list(r.images or []),
-            "rpc_addr": r.rpc_addr,
-        }
-        for r in rows
-    ]
+    return [_view(r, occupied, counts) for r in rows]
+
+
+def _view(r: Any, occupied: dict[str, ResourceSlots], counts: dict[str, int]) -> dict[str, Any]:
+    """One agent's JSON. Its stored image list is taken apart (`image_refs.split_stored`): the
+    images it holds, and the registries it may pull from (default first), without the marks."""
+    images, registries = split_stored(r.images or [])
+    return {
+        "id": r.id,
+        "status": r.status,
+        "status_changed_at": r.status_changed_at,
+        "status_info": dict(r.status_info or {}),
+        "agent_class": r.agent_class,
+        "scaling_group": r.scaling_group,
+        "available_slots": ResourceSlots.from_json(r.available_slots).to_json(),
+        "occupied_slots": occupied.get(r.id, ResourceSlots()).to_json(),
+        "last_heartbeat_at": r.last_heartbeat_at,
+        "heartbeat_seq": r.heartbeat_seq,
+        "boot_id": r.boot_id,
+        "health": dict(r.health or {}),
+        "rejected_beats": r.rejected_beats,
+        "disabled": r.disabled,
+        "running_kernels": counts.get(r.id, 0),
+        "schedulable": r.status == AgentStatus.READY and r.schedulable,
+        "images": images,
+        "registries": registries,
+        "backend": r.backend,
+        "rpc_addr": r.rpc_addr,
+    }
 
 
 async def get_agent(conn: AsyncConnection, agent_id: str) -> dict[str, Any] | None:

@@ -70,6 +70,10 @@ _KERNELS_JSON = _correlated_json(
                         Kernel.cluster_role,
                         "service_addr",
                         Kernel.service_addr,
+                        "image",
+                        func.coalesce(Kernel.image_ref, Session.image),
+                        "image_digest",
+                        Kernel.image_digest,
                     ),
                     Kernel.cluster_idx,
                 )
@@ -183,6 +187,8 @@ def created_view(session: NewSession, owner: str, inserted: Inserted) -> dict[st
             "exit_code": None,
             "cluster_role": MAIN_ROLE if idx == 0 else SUB_ROLE,
             "service_addr": None,
+            "image": session.columns["image"],
+            "image_digest": None,
         }
         for idx, kernel_id in enumerate(session.kernel_ids)
     ]

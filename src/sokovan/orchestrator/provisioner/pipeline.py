@@ -26,6 +26,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
+from sokovan.common.image_refs import offers
 from sokovan.common.preemption import NOMINATED_AGENTS, PreemptionMode
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus, ClusterMode
@@ -65,7 +66,7 @@ def why_not(
         return not_ready(agent.status)
     if not agent.schedulable:
         return AgentRefusal.UNSCHEDULABLE
-    if image not in agent.images:
+    if not offers(agent.images, image):
         return AgentRefusal.IMAGE_NOT_OFFERED
     if agent.max_kernels is not None and agent.kernel_count + kernels > agent.max_kernels:
         return AgentRefusal.AT_KERNEL_LIMIT

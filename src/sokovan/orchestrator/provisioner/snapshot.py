@@ -19,6 +19,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from sokovan.common.image_refs import offers
 from sokovan.common.preemption import PreemptionSettings
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus
@@ -77,7 +78,7 @@ class AgentSnapshot:
         session_id: uuid.UUID | None = None,
     ) -> bool:
         """The fast yes/no of `pipeline.why_not` (same rules, no reason)."""
-        if self.status != AgentStatus.READY or not self.schedulable or image not in self.images:
+        if self.status != AgentStatus.READY or not self.schedulable or not offers(self.images, image):
             return False
         free, count = self.room_for(priority, session_id)
         if self.max_kernels is not None and count + kernels > self.max_kernels:

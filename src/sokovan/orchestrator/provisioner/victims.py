@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
+from sokovan.common.image_refs import offers
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus, ClusterMode
 from sokovan.orchestrator.provisioner.snapshot import AgentSnapshot, Candidate, Preemption
@@ -108,7 +109,11 @@ class _Fit:
     kernels: int
 
     def target(self, agent: AgentSnapshot) -> bool:
-        return agent.status == AgentStatus.READY and agent.schedulable and self.session.image in agent.images
+        return (
+            agent.status == AgentStatus.READY
+            and agent.schedulable
+            and offers(agent.images, self.session.image)
+        )
 
     def fits(self, agent: AgentSnapshot, released: ResourceSlots, released_kernels: int) -> bool:
         free, count = agent.room_for(self.session.priority, self.session.id)

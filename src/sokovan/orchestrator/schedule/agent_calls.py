@@ -34,6 +34,7 @@ def kernel_spec(session: SessionWithKernels, kernel: KernelInfo) -> KernelSpec:
         slots=kernel.occupied_slots.to_json(),
         cluster_role=kernel.cluster_role,
         cluster_idx=kernel.cluster_idx,
+        cluster_size=session.cluster_size,
     )
 
 

@@ -9,8 +9,9 @@ PREPARED, the kernels straight to PREPARED (PREPARED → CREATING → RUNNING, k
 
 Only a session whose kernels were all sent in this call, and whose every kernel answered with
 events that carry nothing but a status, ending in the promotion's kernel status, is moved so (an
-inference kernel's running event carries its service address, a failure its cause: those take the
-ordinary path, as does everything else the answers said).
+inference kernel's running event carries its service address, a container kernel's the image it
+runs and its digest, a failure its cause: those take the ordinary path, as does everything else
+the answers said).
 """
 
 from __future__ import annotations
@@ -27,7 +28,16 @@ from sokovan.state.session_writes import SessionTransition
 
 
 def _bare(t: KernelTransition | None) -> bool:
-    return t is not None and t.exit_code is None and not t.status_info and not t.service_addr
+    """A move that writes nothing but a status: one that also writes an exit code, status info, a
+    service address or the image a kernel runs is applied as the event it came from."""
+    return (
+        t is not None
+        and t.exit_code is None
+        and not t.status_info
+        and not t.service_addr
+        and not t.image_ref
+        and not t.image_digest
+    )
 
 
 def two_step_moves(
