@@ -15,6 +15,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN useradd --system --create-home --home-dir /home/sokovan --uid 10001 --user-group sokovan \
     && install -d -o sokovan -g sokovan -m 0755 /var/lib/sokovan
 
+# `sokovan images build` makes the default kernel images from this machine's own files: busybox
+# (the `shell` image) and Debian's python3 with its libraries (`python:3`).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends busybox-static python3 \
+    && rm -rf /var/lib/apt/lists/*
+
 WORKDIR /opt/sokovan
 COPY pyproject.toml alembic.ini ./
 COPY migrations ./migrations

@@ -54,6 +54,7 @@ NEEDS: dict[str, set[str]] = {
     "manager": {"db_url", "redis_url", "etcd", "cluster_secret", "api_bind"},
     "agent": {"redis_url", "etcd", "cluster_secret"},
     "proxy": {"redis_url", "cluster_secret"},
+    "images build": set(),  # one-shot: only the engine's socket and the registry
 }
 # Where a daemon listens, from its parsed options and the settings it loads.
 Listen = Callable[[dict[str, Any], Settings], tuple[str, int | None]]

@@ -6,7 +6,9 @@ steady run; 0 skips it), BENCH_MANAGER_WORKERS (2: one manager
 process per core), BENCH_REPEAT (3 rounds, each on a fresh cluster; medians are reported),
 BENCH_CYCLE (1: also time single cycles), BENCH_DEPLOYMENTS (200; 0 skips the deployments phase),
 BENCH_REPLICAS (5 per deployment), BENCH_NODE_FAILURE (100 of the agents killed at once after the
-burst; 0 skips the node-failure phase). Prints one JSON document and writes it to .dev/bench/result.json.
+burst; 0 skips the node-failure phase), BENCH_CONTAINERS (1: also the container phase of
+scripts/bench/containers.py, create → RUNNING on a real engine, BENCH_CONTAINER_SESSIONS per
+round). Prints one JSON document and writes it to .dev/bench/result.json.
 
 Each round: a steady run (and a light one), then (on the emptied cluster, with an app proxy) the
 deployments phase of scripts/bench/deployments.py, then the burst, then (with every burst session RUNNING) the
@@ -24,6 +26,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from scripts.bench.cluster import ROOT, BenchCluster, dump, fresh_database, service_env
+from scripts.bench.containers import containers_phase
 from scripts.bench.cycle import cycle_cost
 from scripts.bench.deployments import HEALTH, deployments_phase
 from scripts.bench.load import burst, hold_agents, milestones, steady, wait_until
@@ -128,6 +131,8 @@ async def main() -> dict[str, Any]:
     ]
     result["median"] = {k: round(statistics.median(r[k] for r in rounds), 1) for k in rounds[0]}
     result["each_round"] = [{k: round(v, 1) for k, v in r.items()} for r in rounds]
+    if os.environ.get("BENCH_CONTAINERS", "1") == "1":
+        result["containers"] = await containers_phase(repeat)
     if os.environ.get("BENCH_CYCLE", "1") == "1":
         url = await fresh_database(service_env().get("SOKOVAN_DB_URL", ""), "sokovan_bench_cycle")
         engine = create_async_engine(url)

@@ -59,9 +59,10 @@ class KernelBackend(Protocol):
 
 @dataclass(frozen=True)
 class ContainerConfig:
-    """The agent's container options (`--backend`, `--engine`, `--registry`, ...)."""
+    """The agent's container options (`--backend`, `--engine`, `--registry`, ...). The command's
+    default is `auto`; a daemon built in code runs processes unless told otherwise."""
 
-    backend: BackendName = "auto"
+    backend: BackendName = "process"
     engine: str | None = None  # None: DOCKER_HOST, else the usual sockets
     registries: tuple[str, ...] = ()
     allow_outbound: bool = False

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,6 +205,7 @@ class ContainerBackend:
             body = create_request(
                 spec, KernelPlacement(reference, user, network, port, self.service_host), info, self.options
             )
+            engine_started = time.monotonic()
             container = await self.docker.containers.create(body, name=f"sokovan-{spec.kernel_id}")
             kernel = _Kernel(info, container.id)
             try:
@@ -226,7 +228,15 @@ class ContainerBackend:
             return
         self._ended.pop(spec.kernel_id, None)
         self._watch(kernel)
-        log.info("kernel.started", **ids, container=kernel.container_id[:12], image=reference, pid=kernel.pid)
+        engine_ms = round((time.monotonic() - engine_started) * 1000, 1)  # create + start + inspect
+        log.info(
+            "kernel.started",
+            **ids,
+            container=kernel.container_id[:12],
+            image=reference,
+            pid=kernel.pid,
+            engine_ms=engine_ms,
+        )
         self._emit(self._running_event(kernel))
 
     def _session_user(self, session_id: str) -> str:
