@@ -435,6 +435,37 @@ def _postmaster_pid(data_dir: Path) -> int | None:
         return None
 
 
+def spawn_ready(
+    what: str,
+    argv: list[str],
+    cwd: Path,
+    log_file: Path,
+    check: Callable[[], str | None],
+    timeout: float,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start a server in a session of its own, its output appended to `log_file`, and wait until
+    `check` says it is ready; one that does not become ready is killed (ServiceError)."""
+    with open(log_file, "ab") as out:
+        proc = subprocess.Popen(
+            argv,
+            cwd=str(cwd),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
+    try:
+        wait_until(what, check, timeout, log_file, alive=lambda: proc.poll() is None)
+    except ServiceError:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        raise
+    return proc
+
+
 def start_postgres(timeout: float) -> dict[str, Any]:
     bindir = find_pg_bin()
     run_as = _pg_run_as()
@@ -722,48 +753,34 @@ def start_etcd(timeout: float) -> dict[str, Any]:
     data_dir, log_file = base / "data", base / "etcd.log"
     name = f"sokovan-dev-{client}"
     log(f"starting a throwaway etcd ({binary}) on {HOST}:{client} (peer {peer})")
-    with open(log_file, "ab") as out:
-        proc = subprocess.Popen(
-            [
-                binary,
-                "--name",
-                name,
-                "--data-dir",
-                str(data_dir),
-                "--listen-client-urls",
-                f"http://{HOST}:{client}",
-                "--advertise-client-urls",
-                f"http://{HOST}:{client}",
-                "--listen-peer-urls",
-                f"http://{HOST}:{peer}",
-                "--initial-advertise-peer-urls",
-                f"http://{HOST}:{peer}",
-                "--initial-cluster",
-                f"{name}=http://{HOST}:{peer}",
-                "--initial-cluster-state",
-                "new",
-                "--log-outputs",
-                "stderr",
-            ],
-            cwd=str(base),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
-        )
-    try:
-        wait_until(
-            f"etcd on {HOST}:{client}",
-            lambda: etcd_check(HOST, client),
-            timeout,
-            log_file,
-            alive=lambda: proc.poll() is None,
-        )
-    except ServiceError:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        raise
+    proc = spawn_ready(
+        f"etcd on {HOST}:{client}",
+        [
+            binary,
+            "--name",
+            name,
+            "--data-dir",
+            str(data_dir),
+            "--listen-client-urls",
+            f"http://{HOST}:{client}",
+            "--advertise-client-urls",
+            f"http://{HOST}:{client}",
+            "--listen-peer-urls",
+            f"http://{HOST}:{peer}",
+            "--initial-advertise-peer-urls",
+            f"http://{HOST}:{peer}",
+            "--initial-cluster",
+            f"{name}=http://{HOST}:{peer}",
+            "--initial-cluster-state",
+            "new",
+            "--log-outputs",
+            "stderr",
+        ],
+        base,
+        log_file,
+        lambda: etcd_check(HOST, client),
+        timeout,
+    )
     return {
         "kind": "local",
         "port": client,
@@ -878,28 +895,14 @@ def start_registry(timeout: float) -> dict[str, Any]:
         f"http: {{addr: {json.dumps(f'{HOST}:{port}')}}}\n",
     )
     log(f"starting a throwaway registry ({binary}) on {HOST}:{port}, data in {REGISTRY_DIR / 'data'}")
-    with open(log_file, "ab") as out:
-        proc = subprocess.Popen(
-            [binary, "serve", str(config)],
-            cwd=str(REGISTRY_DIR),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
-        )
-    try:
-        wait_until(
-            f"registry on {HOST}:{port}",
-            lambda: registry_check(HOST, port),
-            timeout,
-            log_file,
-            alive=lambda: proc.poll() is None,
-        )
-    except ServiceError:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        raise
+    proc = spawn_ready(
+        f"registry on {HOST}:{port}",
+        [binary, "serve", str(config)],
+        REGISTRY_DIR,
+        log_file,
+        lambda: registry_check(HOST, port),
+        timeout,
+    )
     return {
         "kind": "local",
         "port": port,
@@ -955,29 +958,15 @@ def start_engine(registry: str, timeout: float) -> dict[str, Any]:
         "CONTAINERS_REGISTRIES_CONF": str(ENGINE_DIR / "registries.conf"),
     }
     log(f"starting a Podman API service ({podman}) on {url}")
-    with open(log_file, "ab") as out:
-        proc = subprocess.Popen(
-            [podman, "system", "service", "--time=0", url],
-            cwd=str(ENGINE_DIR),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
-        )
-    try:
-        wait_until(
-            f"Podman on {url}",
-            lambda: engine_check(url),
-            timeout,
-            log_file,
-            alive=lambda: proc.poll() is None,
-        )
-    except ServiceError:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        raise
+    proc = spawn_ready(
+        f"Podman on {url}",
+        [podman, "system", "service", "--time=0", url],
+        ENGINE_DIR,
+        log_file,
+        lambda: engine_check(url),
+        timeout,
+        env=env,
+    )
     return {
         "kind": "local",
         "url": url,

@@ -5,6 +5,7 @@ agents with `--backend container` on the engine and registry `make services` sta
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -49,23 +50,33 @@ def container_args(*more: str) -> tuple[str, ...]:
     )
 
 
-@pytest.fixture(scope="module")
-def cluster(
-    service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory, db_url: str
+@contextlib.contextmanager
+def container_cluster(
+    service_env: dict[str, str], workdir: Path, db_url: str, agents: dict[str, tuple[str, ...]], proxy: bool
 ) -> Iterator[Cluster]:
+    """A manager, container agents (id → their extra flags) and maybe a proxy, stopped at the end."""
     asyncio.run(truncate_tables(db_url))
-    workdir: Path = tmp_path_factory.mktemp("containers")
     c = Cluster(service_env, workdir)
     try:
         c.bootstrap()
         c.start_manager()
-        c.start_agent("ctr-agent-1", SLOTS, extra=container_args(), rpc_port=free_port())
-        c.start_agent("ctr-agent-2", SLOTS, extra=container_args())
-        c.start_proxy()
-        asyncio.run(c.wait_ready(2))
+        for agent_id, extra in agents.items():
+            c.start_agent(agent_id, SLOTS, extra=container_args(*extra), rpc_port=free_port())
+        if proxy:
+            c.start_proxy()
+        asyncio.run(c.wait_ready(len(agents)))
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory, db_url: str
+) -> Iterator[Cluster]:
+    agents: dict[str, tuple[str, ...]] = {"ctr-agent-1": (), "ctr-agent-2": ()}
+    with container_cluster(service_env, tmp_path_factory.mktemp("containers"), db_url, agents, True) as c:
+        yield c
 
 
 @pytest.fixture

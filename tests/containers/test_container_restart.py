@@ -9,8 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import aiohttp
 import pytest
 
-from sokovan.harness import truncate_tables
-from tests.containers.conftest import SLOTS, container_args
+from tests.containers.conftest import container_cluster
 from tests.containers.support import containers_of, logs, until
 from tests.e2e.cluster import Client, Cluster
 
@@ -21,16 +20,9 @@ AGENT = "ctr-restart-1"
 def lone(
     service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory, db_url: str
 ) -> Iterator[Cluster]:
-    asyncio.run(truncate_tables(db_url))
-    c = Cluster(service_env, tmp_path_factory.mktemp("restart"))
-    try:
-        c.bootstrap()
-        c.start_manager()
-        c.start_agent(AGENT, SLOTS, extra=container_args("--heartbeat-interval", "1"))
-        asyncio.run(c.wait_ready(1))
+    agents = {AGENT: ("--heartbeat-interval", "1")}
+    with container_cluster(service_env, tmp_path_factory.mktemp("restart"), db_url, agents, False) as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture

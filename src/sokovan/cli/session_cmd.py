@@ -246,6 +246,8 @@ def info(session_id: str, as_json: bool, api_url: str | None, token: str | None,
         exit_code = "" if k.get("exit_code") is None else f"  exit={k['exit_code']}"
         agent = k.get("agent_id") or "-"
         click.echo(f"  {k['id']}  {k['cluster_role']:<4}  {k['status']:<11}  agent={agent}{exit_code}")
+        if k.get("image_digest"):  # a container kernel: what it runs, exactly
+            click.echo(f"      image {k.get('image')}@{k['image_digest']}")
 
 
 def _retry_decision(decision: Any) -> str | None:
