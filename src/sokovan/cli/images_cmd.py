@@ -9,6 +9,7 @@ import click
 from sokovan.images.builder import build_default_images
 from sokovan.images.engine import engine_url
 from sokovan.images.errors import ImagesError
+from sokovan.images.host_tools import ensure_host_tools
 
 
 @click.group()
@@ -36,6 +37,7 @@ def build(registry: str, engine: str | None) -> None:
     def progress(line: str) -> None:
         click.echo(line, err=True)
 
+    ensure_host_tools(progress)
     try:
         outcomes = asyncio.run(build_default_images(url, registry, progress=progress))
     except ImagesError as exc:

@@ -78,7 +78,9 @@ class AgentSnapshot:
         session_id: uuid.UUID | None = None,
     ) -> bool:
         """The fast yes/no of `pipeline.why_not` (same rules, no reason)."""
-        if self.status != AgentStatus.READY or not self.schedulable or not offers(self.images, image):
+        if self.status != AgentStatus.READY or not self.schedulable:
+            return False
+        if image not in self.images and not offers(self.images, image):  # the common yes inline
             return False
         free, count = self.room_for(priority, session_id)
         if self.max_kernels is not None and count + kernels > self.max_kernels:
