@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 
-.PHONY: help venv services services-down services-status test-tools lint typecheck test dev bench clean distclean
+.PHONY: help venv services services-down services-status test-tools lint typecheck test dev dev-reset bench clean distclean
 
 help:
 	@echo "make venv           create $(VENV) and install sokovan with the dev extras"
@@ -28,6 +28,7 @@ help:
 	@echo "make typecheck      mypy (strict, package sokovan)"
 	@echo "make test           venv + services + lint + typecheck + pytest (PYTEST_ARGS=...)"
 	@echo "make dev            run 'sokovan dev' (manager + 2 agents on this machine)"
+	@echo "make dev-reset      'make dev' from an empty state: new dev database, agents' work dirs removed"
 	@echo "make bench          manager + hollow fleet: placement and start-up throughput, as JSON"
 	@echo "make clean          stop throwaway servers, remove caches and build output"
 	@echo "make distclean      clean + remove $(VENV)"
@@ -70,6 +71,9 @@ test: venv services test-tools lint typecheck
 
 dev: venv
 	$(BIN)/sokovan dev
+
+dev-reset: venv
+	$(BIN)/sokovan dev --fresh
 
 # A real manager against a hollow fleet (BENCH_AGENTS, BENCH_SESSIONS, ... : see scripts/bench).
 bench: venv services

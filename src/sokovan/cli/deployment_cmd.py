@@ -15,6 +15,7 @@ import click
 from sokovan.cli.client import ApiClient
 from sokovan.cli.deployment_follow import FollowTimeout, deployment_path, describe, follow_deployment
 from sokovan.cli.session_cmd import _api_errors, _client, _dump, _pairs, _resources, api_options
+from sokovan.cli.units import BYTES_OPTION, slots_text
 
 TYPES = ("custom", "vllm", "tgi", "sglang")
 DEFAULT_TIMEOUT = 600.0
@@ -161,8 +162,9 @@ def _print_definition(answer: dict[str, Any], as_json: bool) -> None:
     d = answer["definition"]
     hc = d["health_check"]
     click.echo(f"image:        {d['image']}")
-    click.echo(f"command:      {d['command']}")
-    click.echo(f"resources:    {', '.join(f'{k}={v}' for k, v in d['resources'].items())} per replica")
+    if d.get("command"):
+        click.echo(f"command:      {d['command']}")
+    click.echo(f"resources:    {slots_text(d['resources'])} per replica")
     if d.get("environ"):
         click.echo(f"environ:      {', '.join(f'{k}={v}' for k, v in d['environ'].items())}")
     click.echo(
@@ -174,10 +176,13 @@ def _print_definition(answer: dict[str, Any], as_json: bool) -> None:
 
 @deployment.command()
 @click.argument("ref", metavar="DEPLOYMENT")
+@BYTES_OPTION
 @click.option("--json", "as_json", is_flag=True)
 @api_options
-def info(ref: str, as_json: bool, api_url: str | None, token: str | None, config: str | None) -> None:
-    """Show one deployment (by id or name)."""
+def info(
+    ref: str, raw_bytes: bool, as_json: bool, api_url: str | None, token: str | None, config: str | None
+) -> None:
+    """Show one deployment (by id or name; memory in binary units, --bytes or --json for bytes)."""
     client = _client(api_url, token, config)
     with _api_errors():
         d = client.get(deployment_path(resolve(client, ref)))
@@ -198,7 +203,7 @@ def info(ref: str, as_json: bool, api_url: str | None, token: str | None, config
         ("endpoint", d.get("endpoint") or "(no app proxy registered)"),
         ("image", definition["image"]),
         ("command", definition["command"]),
-        ("resources", ", ".join(f"{k}={v}" for k, v in definition["resources"].items()) + " per replica"),
+        ("resources", slots_text(definition["resources"], raw=raw_bytes) + " per replica"),
         ("health check", f"GET {d['health_check']['path']} every {d['health_check']['interval']:g}s"),
         ("scaling group", d["scaling_group"]),
         ("created", d["created_at"]),

@@ -18,6 +18,7 @@ import click
 
 from sokovan.cli.client import ApiClient, ApiError
 from sokovan.cli.session_cmd import _api_errors, _client, _dump, api_options
+from sokovan.cli.units import BYTES_OPTION, size_text, slots_text
 
 HISTORY_SHOWN = 10
 
@@ -54,8 +55,26 @@ def _reason(info: dict[str, Any]) -> str | None:
     return f"{info['reason']}{via}"
 
 
-def _pairs(mapping: dict[str, Any] | None) -> str:
-    return ", ".join(f"{k}={v}" for k, v in (mapping or {}).items()) or "-"
+def _health(health: dict[str, Any] | None, raw: bool) -> str:
+    """The last heartbeat's health summary in words: `ok, 12.5 GiB free for kernels, load 0.42`
+    (`problems: ...` in place of `ok` when it is not); "-" before the first one."""
+    if not health:
+        return "-"
+    problems = [str(p) for p in health.get("problems") or []]
+    parts: list[str] = []
+    if problems or health.get("ok") is False:
+        parts.append("problems: " + ("; ".join(problems) or "unnamed"))
+    elif health.get("ok") is True:
+        parts.append("ok")
+    free = health.get("work_dir_free")
+    if free is not None:
+        parts.append(f"{free} bytes free for kernels" if raw else f"{size_text(free)} free for kernels")
+    load = health.get("load1")
+    if isinstance(load, int | float) and not isinstance(load, bool):
+        parts.append(f"load {load:.2f}")
+    known = {"ok", "problems", "work_dir_free", "load1"}
+    parts += [f"{k}={v}" for k, v in health.items() if k not in known and v not in (None, "", [], {})]
+    return ", ".join(parts) or "-"
 
 
 @node.command(name="list")
@@ -106,12 +125,20 @@ def _history(client: ApiClient, agent_id: str, limit: int) -> list[Any] | None:
 @node.command()
 @click.argument("agent_id", metavar="ID")
 @click.option("--history", "shown", type=click.IntRange(1, 500), default=HISTORY_SHOWN, show_default=True)
+@BYTES_OPTION
 @click.option("--json", "as_json", is_flag=True)
 @api_options
 def status(
-    agent_id: str, shown: int, as_json: bool, api_url: str | None, token: str | None, config: str | None
+    agent_id: str,
+    shown: int,
+    raw_bytes: bool,
+    as_json: bool,
+    api_url: str | None,
+    token: str | None,
+    config: str | None,
 ) -> None:
-    """Show a node: state and since when, class, kernels, last heartbeat, health, why, history."""
+    """Show a node: state and since when, class, kernels, slots (memory in binary units; --bytes
+    or --json for bytes), last heartbeat, health, why, history."""
     client = _client(api_url, token, config)
     with _api_errors():
         a = client.get(agent_path(agent_id))
@@ -120,7 +147,8 @@ def status(
         _dump({**a, "history": history})
         return
     held = "  (disabled: DOWN until enabled)" if a.get("disabled") else ""
-    slots = f"{_pairs(a['occupied_slots'])} of {_pairs(a['available_slots'])}"
+    used, total = a["occupied_slots"], a["available_slots"]
+    slots = f"{slots_text(used, raw=raw_bytes)} of {slots_text(total, raw=raw_bytes)}"
     beat = a.get("last_heartbeat_at")
     rows = [
         ("id", a["id"]),
@@ -135,7 +163,7 @@ def status(
         ("last heartbeat", f"{beat} ({_age(beat)}), seq {a['heartbeat_seq']}" if beat else "never"),
         ("boot id", a.get("boot_id")),
         ("rejected beats", a.get("rejected_beats") or None),
-        ("health", _pairs(a.get("health"))),
+        ("health", _health(a.get("health"), raw_bytes)),
     ]
     for label, value in rows:
         if value not in (None, ""):

@@ -33,9 +33,11 @@ def _csv(value: str | None) -> list[str] | None:
 def _preemption_text(p: dict[str, Any] | None) -> str:
     if not p:
         return "-"
-    grace = p.get("grace_period")
+    mode, grace = p.get("mode") or "-", p.get("grace_period")
+    if grace is None:
+        return str(mode)
     grace_text = f"{grace:g}" if isinstance(grace, int | float) else str(grace)
-    return f"{p.get('mode')}, grace {grace_text}s"
+    return f"{mode}, grace {grace_text}s"
 
 
 def _show(g: dict[str, Any], as_json: bool) -> None:

@@ -16,8 +16,11 @@ from sokovan.cli.client import (
     ApiUnreachable,
 )
 from sokovan.cli.common import load_or_exit
+from sokovan.cli.history_view import clean_message, shown_rows
 from sokovan.cli.preemption_view import dry_run_victims, preemption_rows
 from sokovan.cli.session_follow import exit_code, follow, session_path
+from sokovan.cli.units import BYTES_OPTION, slots_text
+from sokovan.common.types import SessionStatus
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -159,7 +162,8 @@ def create(
                 click.echo(f"session {created['id']} ({created['name']}) {verb}: {created['status']}")
             return
         click.echo(f"session {created['id']} ({created['name']}) {verb}", err=as_json)
-        final = follow(client, created["id"], err=as_json, until_end=created.get("type") == "batch")
+        stop_at = None if created.get("type") == "batch" else "RUNNING"
+        final = follow(client, created["id"], err=as_json, stop_at=stop_at)
     if as_json:
         _dump(final)
     sys.exit(exit_code(final))
@@ -167,20 +171,37 @@ def create(
 
 @session.command()
 @click.argument("session_id")
-@click.option("--to-end", "to_end", is_flag=True, help="Keep following a RUNNING session until it ends.")
+@click.option(
+    "--until",
+    "until",
+    type=click.Choice([s.value for s in SessionStatus], case_sensitive=False),
+    default=None,
+    help="Stop once it reaches STATUS (or a later one on the way to RUNNING), e.g. RUNNING. "
+    "Default: follow it to its end.",
+)
+@click.option("--to-end", "to_end", is_flag=True, hidden=True, help="The default; kept for old scripts.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final session as JSON (the rest to stderr).")
 @api_options
 def watch(
-    session_id: str, to_end: bool, as_json: bool, api_url: str | None, token: str | None, config: str | None
+    session_id: str,
+    until: str | None,
+    to_end: bool,
+    as_json: bool,
+    api_url: str | None,
+    token: str | None,
+    config: str | None,
 ) -> None:
-    """Follow a session's transitions as they happen, until RUNNING or a terminal status.
+    """Follow a session's transitions as they happen, until it ends (TERMINATED, ERROR or
+    CANCELLED) or, with --until, reaches that status.
 
-    Exits 0 when it is RUNNING or ended with result SUCCESS (or none), 1 otherwise."""
+    Exits 0 when it stopped where --until said or ended TERMINATED with result SUCCESS (or none),
+    1 otherwise."""
     client = _client(api_url, token, config)
+    stop_at = None if to_end or until is None else until.upper()
     with _api_errors():
         current = client.get(session_path(session_id))
         click.echo(f"session {current['id']} ({current['name']}): {current['status']}", err=as_json)
-        final = follow(client, current["id"], err=as_json, until_end=to_end)
+        final = follow(client, current["id"], err=as_json, stop_at=stop_at)
     if as_json:
         _dump(final)
     sys.exit(exit_code(final))
@@ -194,15 +215,24 @@ def _print_dry_run(answer: dict[str, Any], as_json: bool) -> None:
         where = ", ".join(answer["agents"]) + (f" {victims}" if victims else "")
         click.echo(f"placeable now: {where} (dry run: nothing was created)")
     else:
-        click.echo(f"not placeable now: {answer['pending_reason']} (dry run: nothing was created)")
+        reason = answer.get("pending_reason") or "no reason given"
+        click.echo(f"not placeable now: {reason} (dry run: nothing was created)")
 
 
 @session.command()
 @click.argument("session_id")
+@BYTES_OPTION
 @click.option("--json", "as_json", is_flag=True)
 @api_options
-def info(session_id: str, as_json: bool, api_url: str | None, token: str | None, config: str | None) -> None:
-    """Show one session."""
+def info(
+    session_id: str,
+    raw_bytes: bool,
+    as_json: bool,
+    api_url: str | None,
+    token: str | None,
+    config: str | None,
+) -> None:
+    """Show one session (memory in binary units; --bytes or --json for bytes)."""
     client = _client(api_url, token, config)
     with _api_errors():
         s = client.get(session_path(session_id))
@@ -215,12 +245,12 @@ def info(session_id: str, as_json: bool, api_url: str | None, token: str | None,
         ("name", s["name"]),
         ("owner", f"{s['owner']} ({s['access_key']})"),
         ("status", s["status"] + (f"  result={s['result']}" if s.get("result") else "")),
-        ("cause", f"{info_.get('cause')}: {info_.get('message', '')}" if info_.get("cause") else None),
+        ("cause", _cause(info_)),
         ("pending reason", info_.get("pending_reason")),
         ("type", s["type"]),
         ("image", s["image"]),
         ("command", s.get("command")),
-        ("resources", ", ".join(f"{k}={v}" for k, v in s["resources"].items()) + " per kernel"),
+        ("resources", slots_text(s["resources"], raw=raw_bytes) + " per kernel"),
         ("cluster", f"{s['cluster_size']} kernel(s), {s['cluster_mode']}"),
         ("scaling group", s["scaling_group"]),
         ("priority", s["priority"]),
@@ -247,7 +277,15 @@ def info(session_id: str, as_json: bool, api_url: str | None, token: str | None,
         agent = k.get("agent_id") or "-"
         click.echo(f"  {k['id']}  {k['cluster_role']:<4}  {k['status']:<11}  agent={agent}{exit_code}")
         if k.get("image_digest"):  # a container kernel: what it runs, exactly
-            click.echo(f"      image {k.get('image')}@{k['image_digest']}")
+            click.echo(f"      image {k.get('image') or s['image']}@{k['image_digest']}")
+
+
+def _cause(info: dict[str, Any]) -> str | None:
+    """`CAUSE: message` (or the cause alone) for an ended session; None when there is no cause."""
+    if not info.get("cause"):
+        return None
+    message = info.get("message")
+    return f"{info['cause']}: {message}" if message else str(info["cause"])
 
 
 def _retry_decision(decision: Any) -> str | None:
@@ -374,15 +412,20 @@ def logs(session_id: str, as_json: bool, api_url: str | None, token: str | None,
 
 @session.command()
 @click.argument("session_id")
+@click.option(
+    "--all", "show_all", is_flag=True, help="Also the handler runs that moved nothing (FROM equal to TO)."
+)
 @click.option("--json", "as_json", is_flag=True)
 @api_options
 def history(
-    session_id: str, as_json: bool, api_url: str | None, token: str | None, config: str | None
+    session_id: str, show_all: bool, as_json: bool, api_url: str | None, token: str | None, config: str | None
 ) -> None:
-    """Show the scheduling history, oldest first."""
+    """Show the scheduling history, oldest first: every handler run that moved the session (with
+    --all, also those that left it where it was)."""
     client = _client(api_url, token, config)
-    with _api_errors():
-        items = client.paged(session_path(session_id) + "/history", limit=500)
+    with _api_errors():  # every row (`all`), so that what is left out here can be counted
+        fetched = client.paged(session_path(session_id) + "/history", limit=500, all=True)
+    items, hidden = shown_rows(fetched, show_all=show_all)
     if as_json:
         _dump({"items": items, "next_cursor": None})
         return
@@ -391,5 +434,8 @@ def history(
         move = f"{h.get('from_status') or '-'} -> {h.get('to_status') or '-'}"
         click.echo(
             f"{h['created_at']:<27}  {h['handler'][:24]:<24}  {h['result']:<10}  {move:<26}  "
-            f"{h['attempt']:<3}  {h.get('message') or ''}"
+            f"{h['attempt']:<3}  {clean_message(h.get('message'))}".rstrip()
         )
+    if hidden:
+        runs = "run" if hidden == 1 else "runs"
+        click.echo(f"({hidden} handler {runs} that moved nothing not shown; --all shows them)")

@@ -1,5 +1,7 @@
-"""Following a session to RUNNING or its end (`create --wait`, `watch`): the event stream first,
-polling when there is none, every transition printed once."""
+"""Following a session (`create --wait`, `watch`): the event stream first, polling when there is
+none, every transition printed once, until the session ends or reaches the status the caller
+stops at (`stop_at`: RUNNING for `create --wait` of a session that is not a batch job, `watch
+--until`)."""
 
 from __future__ import annotations
 
@@ -33,10 +35,27 @@ OVERLAP_SKEW = dt.timedelta(seconds=2)  # clock skew allowed between the server 
 DEDUP_WINDOW = 10.0  # seconds: a history row and an event this close are one transition
 CATCH_UP_TRIES = 10  # reads of the session after the event that ended the wait
 TERMINAL = frozenset({"TERMINATED", "ERROR", "CANCELLED"})
+# The way to RUNNING, in order: stopping at one of these also stops at any later one of them (a
+# session may pass PULLING without stopping there). TERMINATING stops only at itself.
+FORWARD = ("PENDING", "SCHEDULED", "PREPARING", "PULLING", "PREPARED", "CREATING", "RUNNING")
 
 
-def follow(client: ApiClient, session_id: str, *, err: bool, until_end: bool = False) -> dict[str, Any]:
-    """Follow until RUNNING (unless `until_end`) or terminal, printing every transition.
+def reached(status: str | None, stop_at: str | None) -> bool:
+    """Whether a session in `status` is done being followed: it ended, or it is at `stop_at` (or
+    past it on the way to RUNNING). `stop_at` None follows to the end."""
+    if status in TERMINAL:
+        return True
+    if stop_at is None or status is None:
+        return False
+    if status in FORWARD and stop_at in FORWARD:
+        return FORWARD.index(status) >= FORWARD.index(stop_at)
+    return status == stop_at
+
+
+def follow(
+    client: ApiClient, session_id: str, *, err: bool, stop_at: str | None = "RUNNING"
+) -> dict[str, Any]:
+    """Follow until terminal or `stop_at` (`reached`), printing every transition.
 
     The event stream is opened first, then the transitions already in the scheduling history are
     printed, then those the stream brings as they happen, so none is missed or printed twice.
@@ -44,7 +63,7 @@ def follow(client: ApiClient, session_id: str, *, err: bool, until_end: bool = F
     an event the live stream lost); without a stream (an older server, a proxy) it is polled
     every `POLL_INTERVAL` seconds instead, as before.
     """
-    follower = _Follower(client, session_id, err=err, until_end=until_end)
+    follower = _Follower(client, session_id, err=err, stop_at=stop_at)
     return run_follower(follower, follower.run, "session")
 
 
@@ -96,10 +115,10 @@ Transition = tuple[str, str]
 
 
 class _Follower(StreamFollower):
-    def __init__(self, client: ApiClient, session_id: str, *, err: bool, until_end: bool) -> None:
+    def __init__(self, client: ApiClient, session_id: str, *, err: bool, stop_at: str | None) -> None:
         super().__init__(client, err=err, session_id=session_id)
         self._sid = session_id
-        self._until_end = until_end
+        self._stop_at = stop_at
         # History rows at or after this may come on the stream as well (None: no stream yet).
         self._overlap_since: dt.datetime | None = None
         self._rows_seen = 0
@@ -109,7 +128,7 @@ class _Follower(StreamFollower):
         self._from_stream: list[tuple[Transition, dt.datetime | None]] = []
 
     def _done(self, status: str | None) -> bool:
-        return status in TERMINAL or (status == "RUNNING" and not self._until_end)
+        return reached(status, self._stop_at)
 
     def _echo(self, text: str) -> None:
         click.echo(text, err=self._err)
@@ -255,7 +274,9 @@ def _describe(s: dict[str, Any]) -> str:
     if status == "PENDING":
         return f"PENDING  {info['pending_reason']}" if info.get("pending_reason") else "PENDING"
     if status in TERMINAL:
-        parts = [status, f"result={s.get('result')}"]
+        parts = [status]
+        if s.get("result"):
+            parts.append(f"result={s['result']}")
         if info.get("cause"):
             parts.append(f"cause={info['cause']}")
         if info.get("message"):
@@ -265,7 +286,9 @@ def _describe(s: dict[str, Any]) -> str:
 
 
 def exit_code(s: dict[str, Any]) -> int:
-    if s["status"] == "RUNNING":
+    """0 for a session still on its way (followed to where the caller stopped) or one that ended
+    TERMINATED with result SUCCESS or none; 1 for any other end."""
+    if s["status"] not in TERMINAL:
         return 0
     if s["status"] == "TERMINATED" and s.get("result") in (None, "SUCCESS"):
         return 0

@@ -245,12 +245,12 @@ class EtcdConfigWatcher:
         backoff.reset()
         iterator = watch.__aiter__()
         stopper = asyncio.create_task(stop.wait())
+        nxt: asyncio.Future[Any] | None = None
         try:
             while not stop.is_set():
                 nxt = asyncio.ensure_future(iterator.__anext__())
                 done, _ = await asyncio.wait({nxt, stopper}, return_when=asyncio.FIRST_COMPLETED)
                 if nxt not in done:
-                    nxt.cancel()
                     break
                 event = nxt.result()
                 deleted = "DELETE" in str(getattr(event, "kind", "")).upper()
@@ -262,5 +262,17 @@ class EtcdConfigWatcher:
                     self._present.add(section)
         finally:
             stopper.cancel()
+            if nxt is not None:
+                _abandon(nxt)
             with contextlib.suppress(Exception):
                 await watch.cancel()
+
+
+def _abandon(read: asyncio.Future[Any]) -> None:
+    """Cancel a pending read of a watch that is being closed, and take whatever it ends with.
+
+    Left pending (the watcher's task cancelled at shutdown, as the agent's is), it would read the
+    end that `watch.cancel()` queues and end with StopAsyncIteration, which nobody retrieves:
+    asyncio then logs "Task exception was never retrieved" at error level on every stop."""
+    read.cancel()
+    read.add_done_callback(lambda f: None if f.cancelled() else f.exception())

@@ -200,6 +200,9 @@ class Session(Base):
         ),
         Index("ix_sessions_status_sg", "status", "scaling_group"),
         Index("ix_sessions_access_key_created", "access_key", "created_at"),
+        # A session by its name (CONTRACT section 17): the caller's (user_id) or, for an admin,
+        # anyone's; newest first (migration 0014).
+        Index("ix_sessions_name_user_created", "name", "user_id", "created_at"),
         # Retention picks the oldest ended sessions.
         Index(
             "ix_sessions_terminated_at",

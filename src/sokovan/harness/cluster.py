@@ -34,7 +34,9 @@ def read_env_file(path: Path) -> dict[str, str]:
 class LocalCluster:
     """A manager (on `bind`, default a free port) and agents started with `env` (which names the
     database, Redis, etcd prefix and cluster secret). Agent work directories go under `workdir`,
-    and so do the daemons' logs unless `log` is False. `agent_args` are given to every agent.
+    and so do the daemons' logs unless `log` is False (or under `log_dir` when given). With
+    `echo`, the daemons' output also goes to this process's stdout/stderr (`Daemon.echo`).
+    `agent_args` are given to every agent.
 
     Agents get only what they need of `env` (`agent_environment`: no database URL, no token),
     and the cluster secret in a file (`<workdir>/.cluster-secret`, 0600), not in their environment.
@@ -52,10 +54,16 @@ class LocalCluster:
         bind: str | None = None,
         manager_args: Sequence[str] = (),
         agent_args: Sequence[str] = (),
+        log_dir: Path | None = None,
+        echo: bool = False,
     ) -> None:
         self.workdir = workdir
-        self.log_dir = workdir if log else None
+        self.log_dir = (log_dir or workdir) if log else None
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.echo = echo
         self.manager = ManagerProc(env, self.log_dir, bind=bind, args=manager_args)
+        self.manager.echo = echo
         self.env = self.manager.env
         self.api = self.manager.api
         self.api_port = self.manager.port
@@ -72,6 +80,7 @@ class LocalCluster:
         """The app proxy (restartable: a second call starts the same one again)."""
         if self.proxy is None:
             self.proxy = ProxyProc(self.env, self.log_dir, bind=bind)
+            self.proxy.echo = self.echo
         self.proxy.start()
         if wait:
             self.proxy.wait_up()
@@ -114,6 +123,7 @@ class LocalCluster:
             extra=(*self.agent_args, *extra),
             secret_file=self._secret_file(),
         )
+        agent.echo = self.echo
         self.agents[agent_id] = agent
         agent.start()
         return agent

@@ -16,10 +16,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 SOKOVAN = [sys.executable, "-m", "sokovan"]
 
@@ -76,11 +78,28 @@ def reachable(path: Path) -> Path:
     return path
 
 
+def _copy_lines(source: IO[bytes], log_path: Path, echo: IO[bytes]) -> None:
+    """Every line of `source` appended to `log_path` and written to `echo`, until its end (a thread
+    of `Daemon.start`); `echo` going away (a closed terminal) leaves the log file still written."""
+    with source, open(log_path, "ab", buffering=0) as log:
+        for line in iter(source.readline, b""):
+            log.write(line)
+            try:
+                echo.write(line)
+                echo.flush()
+            except (OSError, ValueError):
+                pass
+
+
 class Daemon:
     """`sokovan <args>` with `env`, logging to `<log_dir>/<name>.log` (appended; a banner marks each
-    start), or to this process's own stdout/stderr when `log_dir` is None. Restartable."""
+    start), or to this process's own stdout/stderr when `log_dir` is None. Restartable.
+
+    With `echo` set (before `start`) and a `log_dir`, its output goes to both: the log file (for
+    `log_tail`) and this process's stdout/stderr (copied line by line by two threads)."""
 
     stop_signal = signal.SIGTERM  # what `terminate` and `stop` send
+    echo = False
 
     def __init__(self, name: str, args: Sequence[str], env: Mapping[str, str], log_dir: Path | None) -> None:
         self.name = name
@@ -90,6 +109,7 @@ class Daemon:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self._stopped_on_purpose = False
+        self._copiers: list[threading.Thread] = []
 
     def start(self) -> None:
         if self.running:
@@ -98,12 +118,36 @@ class Daemon:
         command = [*SOKOVAN, *self.args]
         if self.log_path is None:
             self.proc = subprocess.Popen(command, env=self.env)
+        elif self.echo:
+            self._start_echoing(command)
         else:
             with open(self.log_path, "ab") as log:
                 log.write(f"\n===== start #{self.starts + 1} at {time.time():.3f} =====\n".encode())
                 log.flush()
                 self.proc = subprocess.Popen(command, env=self.env, stdout=log, stderr=log)
         self.starts += 1
+
+    def _start_echoing(self, command: list[str]) -> None:
+        assert self.log_path is not None
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== start #{self.starts + 1} at {time.time():.3f} =====\n".encode())
+        pipe = subprocess.PIPE
+        self.proc = subprocess.Popen(command, env=self.env, stdout=pipe, stderr=pipe)
+        outputs = [(self.proc.stdout, sys.stdout.buffer), (self.proc.stderr, sys.stderr.buffer)]
+        name = f"{self.name}-output"
+        self._copiers = [
+            threading.Thread(target=_copy_lines, args=(source, self.log_path, echo), name=name, daemon=True)
+            for source, echo in outputs
+            if source is not None
+        ]
+        for copier in self._copiers:
+            copier.start()
+
+    def _drain(self, timeout: float = 2.0) -> None:
+        """With `echo`, once the process has exited: wait (a little) until its last lines are in
+        the log file, so that `log_tail` has them."""
+        for copier in list(self._copiers):
+            copier.join(timeout)
 
     @property
     def running(self) -> bool:
@@ -116,6 +160,7 @@ class Daemon:
         code = self.proc.poll()
         if code is None:
             return None
+        self._drain()
         where = f": {self.log_tail()}" if self.log_path is not None else " (see its messages above)"
         return f"{self.name} exited with {code}{where}"
 

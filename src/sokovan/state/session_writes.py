@@ -144,7 +144,10 @@ async def apply_in_steps(
 
 
 def _stale(t: SessionTransition, found: SessionStatus) -> str:
-    return f"stale: expected {sorted(t.expected)}, found {found}"
+    """The history message of a transition that found its session moved on, in status values:
+    `stale: expected TERMINATING, found TERMINATED` (`A or B` when it expected either)."""
+    expected = " or ".join(sorted(status.value for status in t.expected))
+    return f"stale: expected {expected}, found {found.value}"
 
 
 async def _write_history(

@@ -7,6 +7,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from sokovan.config.cluster import ClusterConfig
 from sokovan.manager.api import (
@@ -32,6 +33,28 @@ from sokovan.manager.context import ManagerContext
 from sokovan.manager.controller import DeploymentController, SchedulingController
 
 OPENAPI_KEY = web.AppKey("openapi", dict[str, Any])
+# What `GET /` names as the API's version: the Backend.AI manager version whose client protocol the
+# REST v2 API answers to (a client reads it to pick its protocol), not the package's version.
+API_VERSION = "v9.20250722"
+ROOT_INFO = {"version": API_VERSION, "api": "/v2", "console": console.PREFIX + "/"}
+
+
+async def root(request: web.Request) -> web.Response:
+    """`GET /`, without a token: a browser (Accept names text/html) is sent on to the console, any
+    other client gets what the server is and where its API and console are."""
+    if "text/html" in request.headers.get("Accept", ""):
+        return web.Response(status=302, headers={"Location": ROOT_INFO["console"], "Vary": "Accept"})
+    return web.json_response(ROOT_INFO, headers={"Vary": "Accept"})
+
+
+@web.middleware
+async def public_root(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """`/` is answered without authentication (auth_middleware, which comes after, knows only
+    its own public paths); any other method on it falls through to its 405."""
+    # the raw path: `/ui/%2e%2e` normalizes to `/` but is not a request for it (it is a 404)
+    if request.raw_path == "/" and request.match_info.http_exception is None:
+        return await root(request)
+    return await handler(request)
 
 
 async def openapi_json(request: web.Request) -> web.Response:
@@ -66,7 +89,8 @@ def _version() -> str:
 def create_app(ctx: ManagerContext, cluster_config: ClusterConfig | None = None) -> web.Application:
     """`cluster_config`: the manager's live settings (kept current by its etcd watcher); without
     one, the app follows etcd with a watcher of its own."""
-    app = web.Application(middlewares=[problem_middleware, unavailable_middleware, auth_middleware])
+    middlewares = [problem_middleware, unavailable_middleware, public_root, auth_middleware]
+    app = web.Application(middlewares=middlewares)
     app[CTX_KEY] = ctx
     config.setup(app, cluster_config)
     app[CONTROLLER_KEY] = SchedulingController(ctx, app[config.CLUSTER_CONFIG_KEY])
@@ -78,4 +102,5 @@ def create_app(ctx: ManagerContext, cluster_config: ClusterConfig | None = None)
     for route in routes:
         app.router.add_route(route.method, route.path, route.handler)
     console.setup(app)
+    app.router.add_get("/", root)
     return app

@@ -2,7 +2,8 @@
 
 One Redis subscription per manager (`UserEventHub`) feeds every open stream; each stream forwards
 the events its caller may see (an admin all, a user those of its own sessions and deployments),
-optionally only those of one session (`?session_id=`) or one deployment and its routes
+optionally only those of one session (`?session_id=`: its id, name or id prefix, as
+`session_ref` reads them) or one deployment and its routes
 (`?deployment_id=`). The subscription is confirmed before the response headers go out, so a client
 that has the headers misses nothing published afterwards. A comment line every
 `KEEPALIVE_INTERVAL` seconds keeps proxies from closing an idle stream; a client that goes away, or
@@ -35,6 +36,7 @@ from sokovan.bus.user_events import UserEvent
 from sokovan.manager.api.auth import CTX_KEY, principal_of
 from sokovan.manager.api.openapi import Param, Route
 from sokovan.manager.api.problems import Problem
+from sokovan.manager.api.session_ref import SESSION_REF_QUERY, query_session_id
 from sokovan.manager.repositories.tenancy import Principal
 
 log = structlog.get_logger(__name__)
@@ -129,8 +131,9 @@ def _uuid_query(request: web.Request, name: str) -> str | None:
         raise Problem(400, "Bad query parameter", f"{name} must be a UUID, got {raw!r}") from exc
 
 
-def _event_filter(request: web.Request) -> EventFilter:
-    return EventFilter(_uuid_query(request, "session_id"), _uuid_query(request, "deployment_id"))
+async def _event_filter(request: web.Request, principal: Principal) -> EventFilter:
+    deployment_id = _uuid_query(request, "deployment_id")
+    return EventFilter(await query_session_id(request, principal), deployment_id)
 
 
 def _same_id(value: str | None, wanted: str | None) -> bool:
@@ -159,7 +162,7 @@ def _client_gone(request: web.Request) -> bool:
 
 async def stream_events(request: web.Request) -> web.StreamResponse:
     principal = principal_of(request)
-    flt = _event_filter(request)
+    flt = await _event_filter(request, principal)
     with request.app[LIMITS_KEY].hold(principal.access_key):
         return await _stream(request, principal, flt)
 
@@ -235,14 +238,9 @@ ROUTES = [
         "preemptions (`session.preempted`: session_id, preempted_by, agent_id) the "
         "caller may see (its own sessions and deployments; an admin all). Each message has "
         "`event: <name>` and `data: <UserEvent JSON>`; a `: keep-alive` comment comes every 15 s",
-        {200: UserEvent},
+        {200: UserEvent, 409: None},
         params=(
-            Param(
-                "session_id",
-                "query",
-                "only the events of this session",
-                {"type": "string", "format": "uuid"},
-            ),
+            SESSION_REF_QUERY,
             Param(
                 "deployment_id",
                 "query",

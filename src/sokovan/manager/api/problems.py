@@ -56,11 +56,24 @@ def not_found(what: str, ident: object) -> Problem:
     return Problem(404, "Not found", f"{what} {ident} not found", slug="not-found")
 
 
+# What pydantic puts before the message of a validator that raised ValueError or failed an assert.
+_PYDANTIC_PREFIXES = ("Value error, ", "Assertion failed, ")
+
+
+def plain_message(message: str) -> str:
+    """A validation message as the validator wrote it, without pydantic's "Value error, " or
+    "Assertion failed, " in front."""
+    for prefix in _PYDANTIC_PREFIXES:
+        if message.startswith(prefix):
+            return message[len(prefix) :]
+    return message
+
+
 def validation_problem(exc: ValidationError, where: str = "body") -> Problem:
     errors = [
         {
             "field": ".".join(str(p) for p in err["loc"]) or where,
-            "message": err["msg"],
+            "message": plain_message(err["msg"]),
             "type": err["type"],
         }
         for err in exc.errors(include_url=False, include_context=False, include_input=False)

@@ -16,10 +16,10 @@ import structlog
 from aiohttp import web
 
 from sokovan.manager.api.auth import CTX_KEY, principal_of
-from sokovan.manager.api.common import path_uuid
-from sokovan.manager.api.openapi import SESSION_ID, Param, Route
+from sokovan.manager.api.openapi import Param, Route
 from sokovan.manager.api.problems import Problem, not_found
 from sokovan.manager.api.schemas import KernelLogs, LogsResponse
+from sokovan.manager.api.session_ref import SESSION_REF, path_session_id
 from sokovan.manager.repositories import sessions_read
 
 log = structlog.get_logger(__name__)
@@ -60,7 +60,7 @@ def query_tail(request: web.Request) -> int:
 
 async def session_logs(request: web.Request) -> web.Response:
     principal = principal_of(request)
-    session_id = path_uuid(request)
+    session_id = await path_session_id(request, principal)
     tail = query_tail(request)
     ctx = request.app[CTX_KEY]
     async with ctx.engine.connect() as conn:
@@ -95,9 +95,9 @@ ROUTE = Route(
     session_logs,
     "stdout/stderr tail of each kernel placed on an agent, each stream clipped to `tail` bytes and "
     f"all of them together to {TOTAL_CAP // 2**20} MiB",
-    {200: LogsResponse},
+    {200: LogsResponse, 409: None},
     params=(
-        SESSION_ID,
+        SESSION_REF,
         Param(
             "tail",
             "query",

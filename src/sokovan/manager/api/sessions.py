@@ -1,4 +1,6 @@
-"""`/v2/sessions`: create, read, list, terminate, retry attempts and history (logs: `session_logs`)."""
+"""`/v2/sessions`: create, read, list, terminate, retry attempts and history (logs: `session_logs`).
+
+A path's `{id}` is a session id, name or id prefix (`session_ref`)."""
 
 from __future__ import annotations
 
@@ -17,12 +19,11 @@ from sokovan.manager.api.common import (
     PAGING,
     found,
     json_response,
-    path_uuid,
     query_bool,
     query_csv,
     read_page,
 )
-from sokovan.manager.api.openapi import SESSION_ID, Param, Route
+from sokovan.manager.api.openapi import Param, Route
 from sokovan.manager.api.problems import Problem, not_found, parse_body
 from sokovan.manager.api.schemas import (
     DryRunResponse,
@@ -32,6 +33,7 @@ from sokovan.manager.api.schemas import (
     SessionList,
     SessionOut,
 )
+from sokovan.manager.api.session_ref import SESSION_REF, path_session_id
 from sokovan.manager.repositories import sessions_read
 from sokovan.manager.repositories.tenancy import Principal
 
@@ -83,7 +85,9 @@ async def create_session(request: web.Request) -> web.Response:
 
 
 async def get_session(request: web.Request) -> web.Response:
-    return json_response(await _session_or_404(request, path_uuid(request), principal_of(request)))
+    principal = principal_of(request)
+    session_id = await path_session_id(request, principal)
+    return json_response(await _session_or_404(request, session_id, principal))
 
 
 async def list_sessions(request: web.Request) -> web.Response:
@@ -108,7 +112,7 @@ async def list_sessions(request: web.Request) -> web.Response:
 
 async def terminate_session(request: web.Request) -> web.Response:
     principal = principal_of(request)
-    session_id = path_uuid(request)
+    session_id = await path_session_id(request, principal)
     forced = query_bool(request, "forced")
     await request.app[CONTROLLER_KEY].terminate_session(principal, session_id, forced)
     return json_response(await _session_or_404(request, session_id, principal), 202)
@@ -116,12 +120,16 @@ async def terminate_session(request: web.Request) -> web.Response:
 
 async def session_history(request: web.Request) -> web.Response:
     principal = principal_of(request)
-    session_id = path_uuid(request)
+    session_id = await path_session_id(request, principal)
     async with request.app[CTX_KEY].engine.connect() as conn:
         if not await sessions_read.session_is_visible(conn, session_id, principal):
             raise not_found("session", session_id)
+        moves_only = not query_bool(request, "all")  # runs that moved nothing are noise to a reader
         items, cursor = await read_page(
-            request, lambda limit, after: sessions_read.list_history(conn, session_id, limit, after)
+            request,
+            lambda limit, after: sessions_read.list_history(
+                conn, session_id, limit, after, moves_only=moves_only
+            ),
         )
     return json_response(
         HistoryList(items=[HistoryItem.model_validate(i) for i in items], next_cursor=cursor)
@@ -130,7 +138,7 @@ async def session_history(request: web.Request) -> web.Response:
 
 async def session_attempts(request: web.Request) -> web.Response:
     principal = principal_of(request)
-    session_id = path_uuid(request)
+    session_id = await path_session_id(request, principal)
     async with request.app[CTX_KEY].engine.connect() as conn:
         items = await sessions_read.list_attempts(conn, session_id, principal)
     if items is None:
@@ -170,31 +178,40 @@ ROUTES = [
         ),
     ),
     Route(
-        "GET", "/v2/sessions/{id}", get_session, "Read one session", {200: SessionOut}, params=(SESSION_ID,)
+        "GET",
+        "/v2/sessions/{id}",
+        get_session,
+        "Read one session",
+        {200: SessionOut, 409: None},
+        params=(SESSION_REF,),
     ),
     Route(
         "DELETE",
         "/v2/sessions/{id}",
         terminate_session,
         "Terminate a session (idempotent)",
-        {202: SessionOut},
-        params=(SESSION_ID, Param("forced", "query", "skip the graceful stop", {"type": "boolean"})),
+        {202: SessionOut, 409: None},
+        params=(SESSION_REF, Param("forced", "query", "skip the graceful stop", {"type": "boolean"})),
     ),
     Route(
         "GET",
         "/v2/sessions/{id}/attempts",
         session_attempts,
         "The session's retry chain, oldest first: each attempt's status, cause and timestamps",
-        {200: AttemptList},
-        params=(SESSION_ID,),
+        {200: AttemptList, 409: None},
+        params=(SESSION_REF,),
     ),
     Route(
         "GET",
         "/v2/sessions/{id}/history",
         session_history,
-        "Scheduling history, oldest first",
-        {200: HistoryList},
-        params=(SESSION_ID, *PAGING),
+        "Scheduling history, oldest first (the handler runs that moved it; `all=true`: every run)",
+        {200: HistoryList, 409: None},
+        params=(
+            SESSION_REF,
+            *PAGING,
+            Param("all", "query", "also the runs that moved nothing (from = to)", {"type": "boolean"}),
+        ),
     ),
     session_logs.ROUTE,
 ]

@@ -6,6 +6,24 @@ import { isTerminal } from "./store.js";
 
 const ORDER = ["PENDING", "SCHEDULED", "PREPARING", "PULLING", "PREPARED", "CREATING", "RUNNING", "TERMINATING", "TERMINATED", "ERROR", "CANCELLED"];
 
+// A history row that changed the status (a row with a side missing counts as one).
+function moved(item) {
+  return !item.from_status || !item.to_status || item.from_status !== item.to_status;
+}
+
+// A history message in words: rows written before the stale message was fixed carry Python's
+// enum reprs ("expected [<SessionStatus.TERMINATING: 'TERMINATING'>]"), shown as their values.
+const ENUM_REPR = /<[A-Za-z_][\w.]*\.([A-Za-z_]\w*): '[^']*'>/g;
+const EXPECTED_LIST = /expected \[([^\]]*)\]/g;
+
+function cleanMessage(message) {
+  if (message === null || message === undefined) return "";
+  const names = (list) => list.split(",").map((n) => n.trim().replace(/^['"]|['"]$/g, "")).filter(Boolean);
+  return String(message)
+    .replace(ENUM_REPR, "$1")
+    .replace(EXPECTED_LIST, (_, list) => `expected ${names(list).join(" or ")}`);
+}
+
 // Why a session is where it is: the reason it waits, or what ended it.
 function why(session) {
   const info = session.status_info || {};
@@ -105,6 +123,15 @@ export class SessionView {
     this.facts = h("dl", { class: "facts" });
     this.kernels = h("tbody", { id: "kernels" });
     this.timeline = h("ol", { class: "timeline", id: "history" });
+    // Handler runs that moved nothing are hidden unless asked for.
+    this.showAll = false;
+    this.allToggle = h("input", { type: "checkbox", id: "history-all" });
+    this.allToggle.addEventListener("change", () => {
+      this.showAll = this.allToggle.checked;
+      this.update();
+    });
+    this.hiddenNote = h("span", { class: "muted", id: "history-hidden" });
+    const historyHead = h("label", { class: "muted" }, this.allToggle, " show runs that moved nothing ", this.hiddenNote);
     this.chain = h("ol", { class: "chain", id: "retry-chain" });
     const kernelHead = ["Kernel", "Role", "Status", "Agent", "Exit code"];
     root.append(
@@ -114,7 +141,7 @@ export class SessionView {
       h("h3", { text: "Kernels" }),
       table(kernelHead, this.kernels),
       h("div", { class: "columns" },
-        h("section", {}, h("h3", { text: "History" }), this.timeline),
+        h("section", {}, h("h3", { text: "History" }), historyHead, this.timeline),
         h("section", {}, h("h3", { text: "Retry chain" }), this.chain)),
     );
   }
@@ -153,7 +180,10 @@ export class SessionView {
       setText(el.querySelector(".exit"), k.exit_code ?? "");
     });
     const history = this.store.history.get(this.id) || [];
-    this.timeline.replaceChildren(...history.map((item) => this.step(item)));
+    const shown = this.showAll ? history : history.filter(moved);
+    const hidden = history.length - history.filter(moved).length;
+    setText(this.hiddenNote, hidden && !this.showAll ? `(${hidden} hidden)` : "");
+    this.timeline.replaceChildren(...shown.map((item) => this.step(item)));
     const attempts = this.store.attempts.get(this.id) || [];
     this.chain.replaceChildren(...attempts.map((a, i) => h(
       "li",
@@ -172,7 +202,7 @@ export class SessionView {
       h("time", { class: "muted", text: when(item.created_at) }),
       h("div", {}, h("b", { text: item.handler }), " ", h("span", { class: "result", text: item.result }),
         moved ? h("span", { class: "move", text: ` ${item.from_status || "—"} → ${item.to_status}` }) : null),
-      item.message ? h("div", { class: "muted", text: item.message }) : null,
+      item.message ? h("div", { class: "muted", text: cleanMessage(item.message) }) : null,
     );
   }
 

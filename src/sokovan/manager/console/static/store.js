@@ -82,7 +82,7 @@ export class Store {
   async loadSession(id) {
     const [session, history, attempts] = await Promise.all([
       this.api.get(`/v2/sessions/${id}`),
-      this.api.get(`/v2/sessions/${id}/history?limit=500`),
+      this.api.get(`/v2/sessions/${id}/history?limit=500&all=true`), // the timeline hides the no-op runs itself
       this.api.get(`/v2/sessions/${id}/attempts`),
     ]);
     this.sessions.set(id, session);
