@@ -88,12 +88,11 @@ def run_block(block: Block, root: Path, env: dict[str, str], state: Path, timeou
             block.code,
         ]
     )
-    done = subprocess.run(
-        ["bash", "-c", script],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    try:
+        done = subprocess.run(
+            ["bash", "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as exc:
+        said = b"".join(x for x in (exc.stdout, exc.stderr) if isinstance(x, bytes)).decode(errors="replace")
+        return Outcome(block, -1, f"{said}\n[still running after {timeout:.0f} s: stopped]")
     return Outcome(block, done.returncode, done.stdout + done.stderr)

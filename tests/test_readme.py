@@ -28,6 +28,9 @@ from tests.readme_blocks import Block, Outcome, run_block, shell_blocks
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 EXPORT = re.compile(r"export SOKOVAN_API=(\S+) SOKOVAN_TOKEN=(\S+)")
+# What a reader should never see in the examples' output: Python's reprs of enums, a bare `None`,
+# memory as a byte count (the CLI prints binary units; JSON from curl keeps bytes as strings).
+UNREADABLE = re.compile(r"<[A-Z][A-Za-z]+\.[A-Z_]+: |\bNone\b|\bmem=\d{6,}\b")
 START_TIMEOUT = 240.0
 
 
@@ -113,6 +116,8 @@ def test_every_readme_example_works_as_pasted(dev_env: dict[str, str], tmp_path:
         outcome = run_block(block, ROOT, dev_env, state)
         assert outcome.code == block.exit, _describe(outcome)
         assert "Traceback" not in outcome.output, _describe(outcome)
+        unreadable = UNREADABLE.search(outcome.output)
+        assert unreadable is None, f"unreadable {unreadable.group(0)!r}: " + _describe(outcome)
 
 
 def test_the_runner_fails_on_a_broken_command(tmp_path: Path) -> None:
