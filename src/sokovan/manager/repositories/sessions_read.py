@@ -318,14 +318,18 @@ async def list_history(
     moves_only: bool = False,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """Oldest first. The caller has already checked that the session is visible. With
-    `moves_only`, the rows of handler runs that moved nothing (from_status equal to to_status)
-    are left out; the cursor stays the row id, so pages of either kind follow on."""
+    `moves_only`, the rows of handler runs that moved nothing (the same status before and after)
+    are left out; a run that names no status at all is kept (it says something else happened);
+    the cursor stays the row id, so pages of either kind follow on."""
     query = select(*SessionSchedulingHistory.__table__.c).where(
         SessionSchedulingHistory.session_id == session_id
     )
     if moves_only:
         query = query.where(
-            SessionSchedulingHistory.from_status.is_distinct_from(SessionSchedulingHistory.to_status)
+            or_(
+                SessionSchedulingHistory.from_status.is_distinct_from(SessionSchedulingHistory.to_status),
+                SessionSchedulingHistory.to_status.is_(None),
+            )
         )
     rows, next_cursor = await page_after_key(
         conn, query, SessionSchedulingHistory.id, "id", int, limit, cursor
