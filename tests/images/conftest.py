@@ -41,7 +41,7 @@ class Containers:
 def containers() -> Containers:
     engine, registry = services.service("SOKOVAN_ENGINE", ""), services.service("SOKOVAN_REGISTRY", "")
     if not engine or not registry:
-        pytest.skip("no container engine: scripts/services.py up found none (see its output)")
+        pytest.fail("no container engine: scripts/services.py up found none (make test starts one)")
     return Containers(engine, registry, f"{registry}/t{RUN}")
 
 
