@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 
 from sokovan.agent import kernel_proc
 from sokovan.agent.daemon import AgentConfig, AgentDaemon
-from sokovan.agent.process_backend import end_reason
+from sokovan.agent.process_kernel import end_reason
 from sokovan.agent.state_file import StateFile
 from sokovan.common.events import KernelRunning, KernelTerminated
 from sokovan.common.rpc import AgentRPCClient, ReconcileItem

@@ -24,8 +24,8 @@ from sokovan.agent.container.engine_client import agent_client, close_client
 from sokovan.agent.container.firewall import Firewall
 from sokovan.agent.container.images import ImageStore
 from sokovan.agent.container.networks import SessionNetworks
+from sokovan.agent.events import Emit
 from sokovan.agent.kernel_uids import KernelUids
-from sokovan.agent.process_backend import Emit
 from sokovan.common.rpc import KernelSpec, LogsResponse, ReconcileItem
 from sokovan.images.engine import EngineError, describe, engine_url
 

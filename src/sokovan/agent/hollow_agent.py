@@ -29,11 +29,17 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from sokovan.agent.events import Ended, destroyed_again, image_unavailable, kernel_ids
+from sokovan.agent.events import (
+    Emit,
+    Ended,
+    destroyed_again,
+    image_unavailable,
+    kernel_ids,
+    valid_kernel_id,
+)
 from sokovan.agent.hollow_services import HollowServices
 from sokovan.agent.hollow_state import HollowKernelRecord
 from sokovan.agent.images import ImageCatalog
-from sokovan.agent.process_backend import valid_kernel_id
 from sokovan.agent.reconcile import reconcile_event
 from sokovan.agent.service_ports import INFERENCE
 from sokovan.common.events import (
@@ -58,7 +64,6 @@ from sokovan.common.rpc import (
     ReconcileRequest,
 )
 
-Emit = Callable[[BaseModel], None]
 EndReason = Literal["exited", "destroyed"]
 
 MAX_ENDED = 256  # ended kernels per agent whose exit code and reason are kept (destroy, logs, reconcile)

@@ -11,6 +11,7 @@ up the start of the tail when the current file is shorter than the limit.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
@@ -58,3 +59,16 @@ def tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
     current = read_end(path, limit)
     older = read_end(path.with_name(f"{path.name}.1"), limit - len(current))
     return (older + current).decode("utf-8", errors="replace")
+
+
+def note_in_log(path: Path, why: str) -> None:
+    """Append the agent's reason for ending a kernel to its log at `path` (never through a link,
+    only to a file the agent's own user owns)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    with contextlib.suppress(OSError):
+        fd = os.open(path, flags)
+        try:
+            if os.fstat(fd).st_uid == os.geteuid():
+                os.write(fd, f"\n[sokovan agent] kernel ended: {why}\n".encode())
+        finally:
+            os.close(fd)

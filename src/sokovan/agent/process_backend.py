@@ -27,26 +27,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import signal
-import subprocess
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
 from pydantic import BaseModel
 
 from sokovan.agent import kernel_proc
-from sokovan.agent.events import Ended, EndReason, destroyed_again, image_unavailable, kernel_ids
+from sokovan.agent.events import (
+    Emit,
+    Ended,
+    EndReason,
+    destroyed_again,
+    image_unavailable,
+    kernel_ids,
+    stop_within_grace,
+    valid_kernel_id,
+)
 from sokovan.agent.housekeeping import dir_size, expired_kernel_dirs, remove_tree
 from sokovan.agent.images import ImageCatalog
 from sokovan.agent.isolation import Isolation, IsolationOptions
 from sokovan.agent.kernel_env import kernel_environ
 from sokovan.agent.kernel_wrapper import exit_code as exit_code_of
-from sokovan.agent.log_tail import LOG_TAIL_BYTES, tail
-from sokovan.agent.oom import SIGKILL_EXIT, killed_for_memory, oom_kill_count
+from sokovan.agent.log_tail import LOG_TAIL_BYTES, note_in_log, tail
+from sokovan.agent.oom import SIGKILL_EXIT, oom_kill_count
+from sokovan.agent.process_kernel import ProcessKernel, end_reason
 from sokovan.agent.reconcile import reconcile_event
 from sokovan.agent.service_ports import INFERENCE, PortAllocator
 from sokovan.agent.state_file import KernelRecord, StateFile
@@ -62,47 +68,7 @@ from sokovan.common.rpc import KernelSpec, LogsResponse, ReconcileItem
 
 log = structlog.get_logger(__name__)
 
-Emit = Callable[[BaseModel], None]
-
 MAX_REMEMBERED = 10_000  # ended kernels whose exit code and reason are kept (destroy, reconcile)
-_KERNEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
-
-@dataclass
-class _Kernel:
-    record: KernelRecord
-    proc: subprocess.Popen[bytes] | None = None  # None: started by an earlier run of the agent
-    destroy_requested: bool = False
-    killed: bool = False  # this agent sent the group a SIGKILL
-    killer: asyncio.Task[None] | None = None
-    watcher: asyncio.Task[None] | None = None
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def kernel_id(self) -> str:
-        return self.record.kernel_id
-
-    @property
-    def session_id(self) -> str:
-        return self.record.session_id
-
-    @property
-    def pid(self) -> int:
-        return self.record.pid
-
-
-def valid_kernel_id(kernel_id: str) -> bool:
-    """Kernel ids name directories, so only plain names are accepted."""
-    return bool(_KERNEL_ID_RE.match(kernel_id))
-
-
-def end_reason(exit_code: int | None, oom_mark: int | None, destroy_requested: bool) -> EndReason:
-    """Why a kernel ended: asked for, killed for memory, gone without a trace ("lost"), or exited."""
-    if destroy_requested:
-        return "destroyed"
-    if exit_code is None:
-        return "lost"
-    return "oom" if killed_for_memory(exit_code, oom_mark) else "exited"
 
 
 class ProcessBackend:
@@ -131,7 +97,7 @@ class ProcessBackend:
         self.state = state
         self.isolation = isolation or Isolation(IsolationOptions(), None, root=os.geteuid() == 0)
         self._emit = emit
-        self._live: dict[str, _Kernel] = {}
+        self._live: dict[str, ProcessKernel] = {}
         self._ended: OrderedDict[str, Ended] = OrderedDict()
         # Spawning and looking up are serialized so that a destroy sent right after a create
         # always finds the kernel, and a repeated create never starts a second process.
@@ -190,7 +156,7 @@ class ProcessBackend:
             log.info("kernel.started", kernel_id=spec.kernel_id, session_id=spec.session_id, pid=kernel.pid)
             self._emit(self._running_event(kernel))
 
-    def _spawn(self, spec: KernelSpec) -> _Kernel:
+    def _spawn(self, spec: KernelSpec) -> ProcessKernel:
         if not valid_kernel_id(spec.kernel_id):
             raise ValueError(f"invalid kernel id {spec.kernel_id!r}")
         image = self.catalog.get(spec.image)
@@ -227,23 +193,23 @@ class ProcessBackend:
             oom_mark=mark,
             uid=launch.uid,
         )
-        return _Kernel(record, proc)
+        return ProcessKernel(record, proc)
 
     def _has_session(self, session_id: str) -> bool:
         """Whether a kernel of `session_id` runs here."""
         return any(kernel.session_id == session_id for kernel in self._live.values())
 
-    def _watch(self, kernel: _Kernel) -> None:
+    def _watch(self, kernel: ProcessKernel) -> None:
         """Count `kernel` as live and watch it until it ends."""
         self._live[kernel.kernel_id] = kernel
         kernel.watcher = asyncio.create_task(self._await_end(kernel), name=f"kernel-{kernel.kernel_id}")
 
-    def _running_event(self, kernel: _Kernel) -> KernelRunning:
+    def _running_event(self, kernel: ProcessKernel) -> KernelRunning:
         return KernelRunning(
             **kernel_ids(self.agent_id, kernel), pid=kernel.pid, service_addr=kernel.record.service_addr
         )
 
-    async def _await_end(self, kernel: _Kernel) -> None:
+    async def _await_end(self, kernel: ProcessKernel) -> None:
         returncode = await kernel_proc.wait_ended(kernel.pid, kernel.record.pid_start, kernel.proc)
         kernel_proc.killpg(kernel.pid, signal.SIGKILL)  # what the main process left behind
         exit_code = kernel_proc.read_exit_code(Path(kernel.record.directory))
@@ -289,11 +255,13 @@ class ProcessBackend:
             wait = self.kill_grace if grace is None else grace
             kernel.killer = asyncio.create_task(self._kill(kernel, forced, wait), name=f"kill-{kernel_id}")
 
-    def _sigkill(self, kernel: _Kernel) -> None:
+    def _sigkill(self, kernel: ProcessKernel) -> None:
         kernel.killed = True
         kernel_proc.killpg(kernel.pid, signal.SIGKILL)
 
-    async def _kill(self, kernel: _Kernel, forced: bool, grace: float, grace_first: bool = False) -> None:
+    async def _kill(
+        self, kernel: ProcessKernel, forced: bool, grace: float, grace_first: bool = False
+    ) -> None:
         """SIGTERM (unless `forced`), SIGKILL after `grace` seconds; `grace_first`: a signal was
         sent already, SIGKILL only after the grace."""
         if grace_first:
@@ -301,15 +269,16 @@ class ProcessBackend:
                 await asyncio.wait_for(kernel.done.wait(), grace)
             if kernel.done.is_set():
                 return
-        if not forced:
+
+        async def term() -> None:
             kernel_proc.killpg(kernel.pid, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(kernel.done.wait(), grace)
-                return
-            except TimeoutError:
-                log.info("kernel.kill_after_grace", kernel_id=kernel.kernel_id, grace=grace)
-        self._sigkill(kernel)
-        await kernel.done.wait()
+
+        async def kill() -> None:
+            self._sigkill(kernel)
+
+        await stop_within_grace(
+            kernel.done, term, kill, forced=forced, grace=grace, kernel_id=kernel.kernel_id
+        )
 
     async def reconcile(self, item: ReconcileItem) -> None:
         """Re-publish the one event that tells `item`'s current state (`reconcile_event`);
@@ -362,7 +331,7 @@ class ProcessBackend:
         ]
         alive = [r for r in records if kernel_proc.alive(r.pid, r.pid_start)]
         for record in alive:  # first: a session's uid is not released while a kernel of it runs
-            kernel = _Kernel(record)
+            kernel = ProcessKernel(record)
             self.ports.reserve(record.port)
             self.isolation.uids.restore(record.session_id, record.uid)
             self._watch(kernel)
@@ -399,7 +368,9 @@ class ProcessBackend:
         over = [k for k, size in zip(kernels, sizes, strict=True) if size > cap and k.killer is None]
         for kernel in over:
             log.warning("kernel.work_dir_over_cap", kernel_id=kernel.kernel_id, cap=cap)
-            _note_in_log(Path(kernel.record.directory), f"work directory grew past {cap} bytes")
+            note_in_log(
+                Path(kernel.record.directory) / kernel_proc.STDERR, f"work directory grew past {cap} bytes"
+            )
             kernel_proc.killpg(kernel.pid, signal.SIGXFSZ)
             kernel.killer = asyncio.create_task(
                 self._kill(kernel, forced=True, grace=self.kill_grace, grace_first=True)
@@ -417,15 +388,3 @@ class ProcessBackend:
         if expired:
             log.info("kernel.directories_removed", kernels=[d.name for d in expired], kept_for=keep)
         return [d.name for d in expired]
-
-
-def _note_in_log(directory: Path, why: str) -> None:
-    """Append the agent's reason for ending a kernel to its stderr.log (never through a link)."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    with contextlib.suppress(OSError):
-        fd = os.open(directory / kernel_proc.STDERR, flags)
-        try:
-            if os.fstat(fd).st_uid == os.geteuid():
-                os.write(fd, f"\n[sokovan agent] kernel ended: {why}\n".encode())
-        finally:
-            os.close(fd)

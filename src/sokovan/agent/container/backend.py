@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,21 +31,27 @@ from pydantic import BaseModel
 from sokovan.agent.container import labels as L
 from sokovan.agent.container.config import ContainerOptions, KernelPlacement, create_request
 from sokovan.agent.container.images import ImageStore, PullError
-from sokovan.agent.container.kernel_logs import engine_tail, save_logs
+from sokovan.agent.container.kernel import ContainerKernel
+from sokovan.agent.container.kernel_logs import engine_tail, save_logs, saved_logs
 from sokovan.agent.container.networks import SessionNetworks, needs_network
-from sokovan.agent.events import Ended, EndReason, destroyed_again, kernel_ids
+from sokovan.agent.events import (
+    Emit,
+    Ended,
+    EndReason,
+    destroyed_again,
+    kernel_ids,
+    stop_within_grace,
+    valid_kernel_id,
+)
 from sokovan.agent.housekeeping import expired_kernel_dirs, remove_tree
 from sokovan.agent.kernel_uids import KernelUids
-from sokovan.agent.log_tail import LOG_TAIL_BYTES, tail
+from sokovan.agent.log_tail import LOG_TAIL_BYTES
 from sokovan.agent.oom import SIGKILL_EXIT, killed_for_memory, oom_kill_count
-from sokovan.agent.process_backend import Emit, valid_kernel_id
 from sokovan.agent.reconcile import reconcile_event
 from sokovan.agent.service_ports import INFERENCE, PortAllocator
 from sokovan.common.events import (
     KernelCreationFailed,
     KernelImagePullFailed,
-    KernelPrepared,
-    KernelPulling,
     KernelRunning,
     KernelTerminated,
 )
@@ -59,26 +64,6 @@ log = structlog.get_logger(__name__)
 MAX_REMEMBERED = 10_000
 WAIT_RETRY = 2.0  # seconds between tries when the engine does not answer a kernel's wait
 ROOT_USERS = frozenset({"", "root", "0", "0:0", "root:root"})
-
-
-@dataclass(eq=False)
-class _Kernel:
-    info: L.KernelLabels
-    container_id: str
-    pid: int | None = None
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    watcher: asyncio.Task[None] | None = None
-    killer: asyncio.Task[None] | None = None
-    destroy_requested: bool = False
-    killed: bool = False
-
-    @property
-    def kernel_id(self) -> str:
-        return self.info.kernel_id
-
-    @property
-    def session_id(self) -> str:
-        return self.info.session_id
 
 
 class ContainerBackend:
@@ -113,7 +98,7 @@ class ContainerBackend:
         self.keep_ended_kernels = keep_ended_kernels
         self.ports = PortAllocator()
         self._emit = emit
-        self._live: dict[str, _Kernel] = {}
+        self._live: dict[str, ContainerKernel] = {}
         self._starting: dict[str, asyncio.Task[None]] = {}
         self._ended: OrderedDict[str, Ended] = OrderedDict()
 
@@ -142,26 +127,10 @@ class ContainerBackend:
     # images
 
     async def check_and_pull(self, spec: KernelSpec) -> None:
-        ids = kernel_ids(self.agent_id, spec)
-        try:
-            reference = self.images.resolve(spec.image)
-            held = await self.images.inspect(reference)
-            if held is None:
-                self._emit(KernelPulling(**ids))
-                await self.images.ensure(reference)
-        except (PullError, ImageRefError) as exc:
-            self._emit(KernelImagePullFailed(**ids, message=str(exc)))
-            return
-        except (aiodocker.DockerError, OSError) as exc:
-            self._emit(KernelImagePullFailed(**ids, message=f"{spec.image}: {describe(exc)}"))
-            return
-        self._emit(KernelPrepared(**ids))
+        await self.images.prepare(spec.image, kernel_ids(self.agent_id, spec), self._emit)
 
     async def image_available(self, image: str) -> bool:
-        try:
-            return await self.images.inspect(self.images.resolve(image)) is not None
-        except (aiodocker.DockerError, ImageRefError, OSError):
-            return False
+        return await self.images.available(image)
 
     # start
 
@@ -207,7 +176,7 @@ class ContainerBackend:
             )
             engine_started = time.monotonic()
             container = await self.docker.containers.create(body, name=f"sokovan-{spec.kernel_id}")
-            kernel = _Kernel(info, container.id)
+            kernel = ContainerKernel(info, container.id)
             try:
                 await container.start()
                 state = (await container.show()).get("State") or {}
@@ -249,7 +218,7 @@ class ContainerBackend:
         if not any(k.session_id == session_id for k in self._live.values()):
             self.uids.release(session_id)
 
-    def _running_event(self, kernel: _Kernel) -> KernelRunning:
+    def _running_event(self, kernel: ContainerKernel) -> KernelRunning:
         return KernelRunning(
             **kernel_ids(self.agent_id, kernel),
             pid=kernel.pid,
@@ -260,12 +229,12 @@ class ContainerBackend:
 
     # watching and the end
 
-    def _watch(self, kernel: _Kernel) -> None:
+    def _watch(self, kernel: ContainerKernel) -> None:
         self._live[kernel.kernel_id] = kernel
         self.ports.reserve(kernel.info.port)
         kernel.watcher = asyncio.create_task(self._await_end(kernel), name=f"kernel-{kernel.kernel_id}")
 
-    async def _wait_stopped(self, kernel: _Kernel) -> dict[str, Any] | None:
+    async def _wait_stopped(self, kernel: ContainerKernel) -> dict[str, Any] | None:
         """The container's state once it has stopped; None when it is gone."""
         container = self.docker.containers.container(kernel.container_id)
         while True:
@@ -282,7 +251,7 @@ class ContainerBackend:
                 log.warning("kernel.wait_failed", kernel_id=kernel.kernel_id, error=str(exc))
             await asyncio.sleep(WAIT_RETRY)
 
-    async def _await_end(self, kernel: _Kernel) -> None:
+    async def _await_end(self, kernel: ContainerKernel) -> None:
         state = await self._wait_stopped(kernel)
         exit_code: int | None = None
         reason: EndReason = "lost"
@@ -298,7 +267,7 @@ class ContainerBackend:
             exit_code = SIGKILL_EXIT
         await self._finish(kernel, exit_code, reason)
 
-    async def _finish(self, kernel: _Kernel, exit_code: int | None, reason: EndReason) -> None:
+    async def _finish(self, kernel: ContainerKernel, exit_code: int | None, reason: EndReason) -> None:
         """Keep the output, remove the container, free what it held, report the end."""
         directory = self.work_dir / kernel.kernel_id
         await save_logs(self.docker, kernel.container_id, directory, self.options.max_log_bytes)
@@ -335,22 +304,21 @@ class ContainerBackend:
             wait = self.kill_grace if grace is None else grace
             kernel.killer = asyncio.create_task(self._kill(kernel, forced, wait), name=f"kill-{kernel_id}")
 
-    async def _signal(self, kernel: _Kernel, signal: str) -> None:
+    async def _signal(self, kernel: ContainerKernel, signal: str) -> None:
         if signal == "SIGKILL":
             kernel.killed = True
         with contextlib.suppress(aiodocker.DockerError, OSError):
             await self.docker.containers.container(kernel.container_id).kill(signal=signal)
 
-    async def _kill(self, kernel: _Kernel, forced: bool, grace: float) -> None:
-        if not forced:
-            await self._signal(kernel, "SIGTERM")
-            try:
-                await asyncio.wait_for(kernel.done.wait(), grace)
-                return
-            except TimeoutError:
-                log.info("kernel.kill_after_grace", kernel_id=kernel.kernel_id, grace=grace)
-        await self._signal(kernel, "SIGKILL")
-        await kernel.done.wait()
+    async def _kill(self, kernel: ContainerKernel, forced: bool, grace: float) -> None:
+        await stop_within_grace(
+            kernel.done,
+            lambda: self._signal(kernel, "SIGTERM"),
+            lambda: self._signal(kernel, "SIGKILL"),
+            forced=forced,
+            grace=grace,
+            kernel_id=kernel.kernel_id,
+        )
 
     async def shutdown(self) -> None:
         kernels = list(self._live.values())
@@ -380,13 +348,13 @@ class ContainerBackend:
         containers = await self.docker.containers.list(
             all=True, filters={"label": [f"{L.AGENT}={self.agent_id}"]}
         )
-        stopped: list[tuple[_Kernel, dict[str, Any]]] = []
+        stopped: list[tuple[ContainerKernel, dict[str, Any]]] = []
         for container in containers:
             details = await container.show()
             info = L.KernelLabels.from_labels((details.get("Config") or {}).get("Labels") or {})
             if info is None or info.agent_id != self.agent_id or info.kernel_id in self._live:
                 continue
-            kernel = _Kernel(info, container.id)
+            kernel = ContainerKernel(info, container.id)
             state = details.get("State") or {}
             if state.get("Running"):
                 kernel.pid = state.get("Pid") or None
@@ -440,14 +408,7 @@ class ContainerBackend:
         if kernel is not None:
             stdout, stderr = await engine_tail(self.docker, kernel.container_id, LOG_TAIL_BYTES)
             return LogsResponse(kernel_id=kernel_id, stdout=stdout, stderr=stderr)
-        directory = self.work_dir / kernel_id
-        if not directory.is_dir():
-            return None
-        return LogsResponse(
-            kernel_id=kernel_id,
-            stdout=tail(directory / "stdout.log", LOG_TAIL_BYTES),
-            stderr=tail(directory / "stderr.log", LOG_TAIL_BYTES),
-        )
+        return saved_logs(self.work_dir / kernel_id, kernel_id)
 
     # housekeeping
 

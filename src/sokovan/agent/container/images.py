@@ -20,7 +20,10 @@ from typing import Any
 import aiodocker
 import structlog
 
+from sokovan.agent.events import Emit
+from sokovan.common.events import KernelImagePullFailed, KernelPrepared, KernelPulling
 from sokovan.common.image_refs import ImageRefError, parse
+from sokovan.images.engine import describe
 
 log = structlog.get_logger(__name__)
 
@@ -68,6 +71,29 @@ class ImageStore:
 
     def resolve(self, image: str) -> str:
         return resolve(image, self.registries)
+
+    async def prepare(self, image: str, ids: dict[str, str], emit: Emit) -> None:
+        """`check_and_pull` of one kernel: PREPARED when the engine holds the image; else PULLING,
+        the pull, then PREPARED, or IMAGE_PULL_FAILURE with the reason."""
+        try:
+            reference = self.resolve(image)
+            if await self.inspect(reference) is None:
+                emit(KernelPulling(**ids))
+                await self.ensure(reference)
+        except (PullError, ImageRefError) as exc:
+            emit(KernelImagePullFailed(**ids, message=str(exc)))
+            return
+        except (aiodocker.DockerError, OSError) as exc:
+            emit(KernelImagePullFailed(**ids, message=f"{image}: {describe(exc)}"))
+            return
+        emit(KernelPrepared(**ids))
+
+    async def available(self, image: str) -> bool:
+        """Whether the engine holds `image` now (a reconcile's "pull" phase)."""
+        try:
+            return await self.inspect(self.resolve(image)) is not None
+        except (aiodocker.DockerError, ImageRefError, OSError):
+            return False
 
     async def inspect(self, reference: str) -> HeldImage | None:
         try:

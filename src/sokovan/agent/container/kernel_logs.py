@@ -13,7 +13,12 @@ from pathlib import Path
 
 import aiodocker
 
+from sokovan.agent.kernel_proc import STDERR, STDOUT
+from sokovan.agent.log_tail import LOG_TAIL_BYTES, tail
+from sokovan.common.rpc import LogsResponse
+
 TAIL_LINES = 20_000  # lines asked of the engine before the byte cut
+# An ended kernel's output lies where the process backend keeps it: the same names, the same reads.
 
 
 def _cut(lines: list[str], limit: int) -> str:
@@ -59,10 +64,21 @@ async def save_logs(docker: aiodocker.Docker, container_id: str, directory: Path
 
     def write() -> None:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _write(directory, "stdout.log", stdout)
-        _write(directory, "stderr.log", stderr)
+        _write(directory, STDOUT, stdout)
+        _write(directory, STDERR, stderr)
 
     try:
         await asyncio.to_thread(write)
     except OSError:
         pass
+
+
+def saved_logs(directory: Path, kernel_id: str) -> LogsResponse | None:
+    """The output `save_logs` kept of an ended kernel; None when there is none."""
+    if not directory.is_dir():
+        return None
+    return LogsResponse(
+        kernel_id=kernel_id,
+        stdout=tail(directory / STDOUT, LOG_TAIL_BYTES),
+        stderr=tail(directory / STDERR, LOG_TAIL_BYTES),
+    )
