@@ -17,9 +17,10 @@ from sokovan.cli.client import (
 )
 from sokovan.cli.common import load_or_exit
 from sokovan.cli.history_view import clean_message, shown_rows
-from sokovan.cli.preemption_view import dry_run_victims, preemption_rows
+from sokovan.cli.preemption_view import dry_run_victims
 from sokovan.cli.session_follow import exit_code, follow, session_path
-from sokovan.cli.units import BYTES_OPTION, slots_text
+from sokovan.cli.session_view import print_session
+from sokovan.cli.units import BYTES_OPTION
 from sokovan.common.types import SessionStatus
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -239,73 +240,7 @@ def info(
     if as_json:
         _dump(s)
         return
-    info_ = s.get("status_info") or {}
-    rows = [
-        ("id", s["id"]),
-        ("name", s["name"]),
-        ("owner", f"{s['owner']} ({s['access_key']})"),
-        ("status", s["status"] + (f"  result={s['result']}" if s.get("result") else "")),
-        ("cause", _cause(info_)),
-        ("pending reason", info_.get("pending_reason")),
-        ("type", s["type"]),
-        ("image", s["image"]),
-        ("command", s.get("command")),
-        ("resources", slots_text(s["resources"], raw=raw_bytes) + " per kernel"),
-        ("cluster", f"{s['cluster_size']} kernel(s), {s['cluster_mode']}"),
-        ("scaling group", s["scaling_group"]),
-        ("priority", s["priority"]),
-        *preemption_rows(s),
-        ("depends on", ", ".join(s.get("depends_on") or []) or None),
-        ("created", s["created_at"]),
-        ("status changed", s["status_changed_at"]),
-        ("terminated", s.get("terminated_at")),
-        (
-            "retry",
-            s["retry_state"] + (f", retry of {s['parent_session_id']}" if s.get("parent_session_id") else ""),
-        ),
-        ("retry cause", s.get("retry_cause")),
-        ("retry decision", _retry_decision(info_.get("retry"))),
-        ("next attempt", s.get("retry_child_id")),
-        ("retry chain", _chain(s)),
-    ]
-    for label, value in rows:
-        if value not in (None, ""):
-            click.echo(f"{label + ':':<16}{value}")
-    click.echo("kernels:")
-    for k in s.get("kernels", []):
-        exit_code = "" if k.get("exit_code") is None else f"  exit={k['exit_code']}"
-        agent = k.get("agent_id") or "-"
-        click.echo(f"  {k['id']}  {k['cluster_role']:<4}  {k['status']:<11}  agent={agent}{exit_code}")
-        if k.get("image_digest"):  # a container kernel: what it runs, exactly
-            click.echo(f"      image {k.get('image') or s['image']}@{k['image_digest']}")
-
-
-def _cause(info: dict[str, Any]) -> str | None:
-    """`CAUSE: message` (or the cause alone) for an ended session; None when there is no cause."""
-    if not info.get("cause"):
-        return None
-    message = info.get("message")
-    return f"{info['cause']}: {message}" if message else str(info["cause"])
-
-
-def _retry_decision(decision: Any) -> str | None:
-    """What the retry engine decided when this attempt failed (status_info.retry)."""
-    if not isinstance(decision, dict) or not decision.get("decision"):
-        return None
-    what = str(decision["decision"])
-    if what == "scheduled" and decision.get("due_at"):
-        return f"scheduled, due at {decision['due_at']}"
-    if decision.get("reason"):
-        return f"{what}: {decision['reason']}"
-    return what
-
-
-def _chain(s: dict[str, Any]) -> str | None:
-    """The retry chain, oldest first, this session in [brackets]; None outside a chain."""
-    chain = s.get("retry_chain") or []
-    if len(chain) < 2:
-        return None
-    return " -> ".join(f"[{i}]" if i == s["id"] else i for i in chain)
+    print_session(s, raw_bytes)
 
 
 @session.command()
