@@ -45,9 +45,11 @@ class ReportWriter:
         while not stop.is_set():
             waiter = asyncio.create_task(self._wake.wait())
             stopper = asyncio.create_task(stop.wait())
-            await asyncio.wait([waiter, stopper], return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-            stopper.cancel()
+            try:
+                await asyncio.wait([waiter, stopper], return_when=asyncio.FIRST_COMPLETED)
+            finally:  # also when this task is cancelled: a pending wait left behind is destroyed later
+                waiter.cancel()
+                stopper.cancel()
             if stop.is_set():
                 return
             if not await self.flush() and await sleep_unless(stop, self._backoff.next_delay()):
