@@ -55,6 +55,12 @@ class HealthCheck(BaseModel):
     healthy_threshold: int = Field(default=2, ge=1, le=100)
     unhealthy_threshold: int = Field(default=3, ge=1, le=100)
     initial_delay: float = Field(default=0.0, ge=0, le=3600)
+    # How long a route may stay UNHEALTHY (out of the routing table) before it is evicted; None
+    # means 3 intervals. One that passes `healthy_threshold` probes first is HEALTHY again.
+    eviction_grace: float | None = Field(default=None, ge=0, le=86400)
+
+    def grace(self) -> float:
+        return self.eviction_grace if self.eviction_grace is not None else 3 * self.interval
 
 
 class ProbeTarget(BaseModel):
@@ -62,14 +68,30 @@ class ProbeTarget(BaseModel):
     deployment: str
     endpoint: str
     health_check: HealthCheck
-    # When the route's replica started running: probes wait `initial_delay` after it.
+    # When the route's replica session became RUNNING: probes wait `initial_delay` after it.
     since: float
+
+
+class DeploymentEntry(BaseModel):
+    """What a proxy must know of a deployment besides where its replicas are (CONTRACT section 12)."""
+
+    id: uuid.UUID
+    # Hex SHA-256 of the deployment's access token; None when it is open to the public.
+    token_sha256: str | None = None
+    replicas: int = 0  # the target
+    # Autoscaled: a request that finds no replica at a target of zero is held while one starts.
+    autoscaled: bool = False
+    activation_timeout: float = 60.0
+    max_connections: int = 256  # requests in flight through one proxy, past which it answers 429
 
 
 class RoutingTable(BaseModel):
     generated_at: float
-    # deployment name → endpoints of its HEALTHY routes
+    # deployment name → endpoints of its HEALTHY routes (that serve: a blue-green update's new set
+    # only once it is switched in; a draining route never)
     routes: dict[str, list[str]] = Field(default_factory=dict)
+    # deployment name → the rest a proxy needs of it (every name in `routes` has one)
+    deployments: dict[str, DeploymentEntry] = Field(default_factory=dict)
     probes: list[ProbeTarget] = Field(default_factory=list)
 
 
@@ -130,6 +152,11 @@ def _open(secret: str, kind: str, key: str, raw: bytes | str | None) -> str | No
         return body if verify(secret, payload, sig) else None
     except (ValueError, KeyError, TypeError):
         return None
+
+
+# Other values shared the same way (the proxies' load: `proxy_load`) are sealed and opened by these.
+seal = _seal
+unseal = _open
 
 
 async def publish_table(redis: aioredis.Redis, prefix: str, secret: str, table: RoutingTable) -> None:

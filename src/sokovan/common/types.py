@@ -97,8 +97,9 @@ class EndpointLifecycle(enum.StrEnum):
 
     PENDING = "PENDING"
     SCALING = "SCALING"
-    READY = "READY"
-    DEPLOYING = "DEPLOYING"
+    READY = "READY"  # the live routes match the target and every one is HEALTHY
+    DEGRADED = "DEGRADED"  # the live routes match the target, fewer of them HEALTHY
+    DEPLOYING = "DEPLOYING"  # an update (a new revision) is rolling out
     DESTROYING = "DESTROYING"
     DESTROYED = "DESTROYED"
 

@@ -34,6 +34,7 @@ from sokovan.db import retry_rows
 from sokovan.db.base import EMPTY_JSON, Base, HandlerRun, created_at_column
 from sokovan.db.serving_models import Deployment as Deployment
 from sokovan.db.serving_models import DeploymentHistory as DeploymentHistory
+from sokovan.db.serving_models import DeploymentRevision as DeploymentRevision
 from sokovan.db.serving_models import Route as Route
 from sokovan.db.serving_models import RouteHistory as RouteHistory
 

@@ -7,7 +7,7 @@ import datetime as dt
 import uuid
 from typing import Any
 
-from sqlalchemy import ForeignKey, Index, Integer, String, column
+from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Index, Integer, String, column, false
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -50,6 +50,15 @@ class Deployment(Base):
     status_changed_at: Mapped[dt.datetime] = created_at_column()
     created_at: Mapped[dt.datetime] = created_at_column()
     destroyed_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    # Revisions and updates (migration 0015): `definition`/`health_check` are those of `revision`.
+    revision: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
+    rollout: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    serving_revision: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    autoscaling: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    token_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    open_to_public: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=false())
+    backoff_until: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    drain_timeout: Mapped[float] = mapped_column(Float, nullable=False, server_default="30")
 
 
 class Route(Base):
@@ -72,6 +81,21 @@ class Route(Base):
     status_changed_at: Mapped[dt.datetime] = created_at_column()
     created_at: Mapped[dt.datetime] = created_at_column()
     terminated_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    revision: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
+
+
+class DeploymentRevision(Base):
+    """What one revision of a deployment runs: its replicas are created from this, not from the
+    deployment's current definition (which an update has moved on)."""
+
+    __tablename__ = "deployment_revisions"
+    deployment_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("deployments.id", ondelete="CASCADE"), primary_key=True
+    )
+    revision: Mapped[int] = mapped_column(Integer, primary_key=True)
+    definition: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    health_check: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    created_at: Mapped[dt.datetime] = created_at_column()
 
 
 class DeploymentHistory(HandlerRun, Base):

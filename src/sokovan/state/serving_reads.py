@@ -18,7 +18,7 @@ from sqlalchemy import String, and_, cast, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.types import EndpointLifecycle, RouteStatus, SessionStatus
-from sokovan.db.models import Deployment, Kernel, Route, Session
+from sokovan.db.models import Deployment, DeploymentRevision, Kernel, Route, Session
 
 BATCH_LIMIT = 5000
 
@@ -43,6 +43,8 @@ class RouteRow:
     health_check: dict[str, Any]
     definition: dict[str, Any]
     scaling_group: str
+    revision: int = 1
+    drain_timeout: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,14 @@ class DeploymentRow:
     status_changed_at: dt.datetime
     created_at: dt.datetime
     routes: tuple[RouteRow, ...]  # every route not TERMINATED, oldest first
+    revision: int = 1
+    rollout: dict[str, Any] | None = None
+    serving_revision: int | None = None
+    autoscaling: dict[str, Any] | None = None
+    backoff_until: dt.datetime | None = None
+    drain_timeout: float = 30.0
+    token_sha256: str | None = None
+    open_to_public: bool = False
 
     @property
     def live_routes(self) -> list[RouteRow]:
@@ -91,15 +101,24 @@ def _route_query() -> Any:
             Deployment.name.label("deployment_name"),
             Deployment.user_id.label("owner"),
             Deployment.access_key,
-            Deployment.health_check,
-            Deployment.definition,
+            # The route's own revision: an update moves the deployment on, not its old replicas.
+            func.coalesce(DeploymentRevision.health_check, Deployment.health_check).label("health_check"),
+            func.coalesce(DeploymentRevision.definition, Deployment.definition).label("definition"),
             Deployment.scaling_group,
+            Deployment.drain_timeout,
             Session.id.label("replica_session_id"),
             Session.status.label("session_status"),
             Session.status_changed_at.label("session_changed_at"),
             Kernel.service_addr,
         )
         .join(Deployment, Deployment.id == Route.deployment_id)
+        .outerjoin(
+            DeploymentRevision,
+            and_(
+                DeploymentRevision.deployment_id == Route.deployment_id,
+                DeploymentRevision.revision == Route.revision,
+            ),
+        )
         .outerjoin(Session, or_(Session.id == Route.session_id, _created_by(Route.id, Deployment.access_key)))
         .outerjoin(Kernel, and_(Kernel.session_id == Session.id, Kernel.cluster_idx == 0))
     )
@@ -126,6 +145,8 @@ def _route(r: Any) -> RouteRow:
         health_check=dict(r.health_check or {}),
         definition=dict(r.definition or {}),
         scaling_group=r.scaling_group,
+        revision=route.revision,
+        drain_timeout=float(r.drain_timeout),
     )
 
 
@@ -185,4 +206,12 @@ def _deployment(d: Any, routes: Sequence[RouteRow]) -> DeploymentRow:
         status_changed_at=d.status_changed_at,
         created_at=d.created_at,
         routes=tuple(routes),
+        revision=d.revision,
+        rollout=dict(d.rollout) if d.rollout is not None else None,
+        serving_revision=d.serving_revision,
+        autoscaling=dict(d.autoscaling) if d.autoscaling is not None else None,
+        backoff_until=d.backoff_until,
+        drain_timeout=float(d.drain_timeout),
+        token_sha256=d.token_sha256,
+        open_to_public=bool(d.open_to_public),
     )

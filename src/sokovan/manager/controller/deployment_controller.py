@@ -27,7 +27,7 @@ from sqlalchemy.sql import func
 from sokovan.bus.hints import Hint
 from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
 from sokovan.common.types import EndpointLifecycle, HandlerOutcome, SessionType
-from sokovan.db.models import Deployment, DeploymentHistory
+from sokovan.db.models import Deployment, DeploymentHistory, DeploymentRevision
 from sokovan.manager.context import ManagerContext
 from sokovan.manager.controller.admission import check_placeable, quota_violations
 from sokovan.manager.controller.admission_cache import CapacityCache
@@ -80,6 +80,14 @@ class DeploymentController:
                         health_check=definition["health_check"],
                         status=EndpointLifecycle.PENDING.value,
                         status_info={},
+                    )
+                )
+                await conn.execute(
+                    insert(DeploymentRevision).values(
+                        deployment_id=deployment_id,
+                        revision=1,
+                        definition=definition,
+                        health_check=definition["health_check"],
                     )
                 )
                 await _history(
