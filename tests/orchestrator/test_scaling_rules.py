@@ -9,7 +9,8 @@ import uuid
 import pytest
 
 from sokovan.common.types import RouteStatus
-from sokovan.orchestrator.deployment.handlers.scaling_deployment import backoff, removal_order
+from sokovan.orchestrator.deployment.handlers.scaling_deployment import removal_order
+from sokovan.orchestrator.deployment.replacement_backoff import backoff
 from sokovan.state.serving_reads import RouteRow
 
 R = RouteStatus

@@ -32,9 +32,27 @@ S, F, ST = HandlerOutcome.SUCCESS, HandlerOutcome.FAILURE, HandlerOutcome.STALE
 
 DEPLOYMENT_TABLE: dict[str, list[tuple[E, HandlerOutcome, E]]] = {
     "CheckPendingDeployment": [(E.PENDING, S, E.SCALING), (E.PENDING, F, E.PENDING)],
-    "ScalingDeployment": [(E.SCALING, S, E.READY), (E.SCALING, F, E.SCALING)],
-    "CheckReplicaDeployment": [(E.READY, S, E.SCALING), (E.READY, F, E.READY)],
-    "ReconcileDeployment": [(E.READY, S, E.READY), (E.READY, F, E.SCALING)],
+    "ScalingDeployment": [(E.SCALING, S, E.READY), (E.SCALING, F, E.DEGRADED)],
+    "CheckReplicaDeployment": [
+        (E.READY, S, E.SCALING),
+        (E.READY, F, E.READY),
+        (E.DEGRADED, S, E.SCALING),
+        (E.DEGRADED, F, E.DEGRADED),
+    ],
+    "ReconcileDeployment": [
+        (E.READY, S, E.READY),
+        (E.READY, F, E.SCALING),
+        (E.DEGRADED, S, E.DEGRADED),
+        (E.DEGRADED, F, E.SCALING),
+    ],
+    "DeployingDeployment": [(E.DEPLOYING, S, E.READY), (E.DEPLOYING, F, E.DEGRADED)],
+    "DeploymentHealth": [
+        (E.READY, S, E.READY),
+        (E.READY, F, E.DEGRADED),
+        (E.DEGRADED, S, E.READY),
+        (E.DEGRADED, F, E.DEGRADED),
+    ],
+    "AutoscaleDeployment": [(E.READY, S, E.READY), (E.SCALING, F, E.SCALING)],
     "DestroyingDeployment": [(E.DESTROYING, S, E.DESTROYED), (E.DESTROYING, F, E.DESTROYED)],
 }
 ROUTE_TABLE: dict[str, list[tuple[R, HandlerOutcome, R]]] = {
@@ -75,7 +93,7 @@ def _real_handlers() -> dict[str, OutcomeHandler[Any, Any]]:
 
     serving = Serving(RoutingBus(aioredis.Redis(), "unused", "unused"), _NoReplicas())
     found: dict[str, OutcomeHandler[Any, Any]] = {}
-    for lane in [*deployment_lanes(None, None).values(), *route_lanes(None, serving).values()]:  # type: ignore[arg-type]
+    for lane in [*deployment_lanes(None, None, serving.bus).values(), *route_lanes(None, serving).values()]:  # type: ignore[arg-type]
         found.update({h.name: h for h in lane})
     return found
 

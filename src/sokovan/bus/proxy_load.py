@@ -35,6 +35,9 @@ class DeploymentLoad(BaseModel):
 class ProxyLoad(BaseModel):
     proxy_id: str
     at: float  # when measured (epoch seconds)
+    # `generated_at` of the routing table in force when measured (None: none read yet): a route
+    # that left the table is drained only by reports made under a table without it.
+    table_at: float | None = None
     deployments: dict[uuid.UUID, DeploymentLoad] = Field(default_factory=dict)
     endpoints: dict[str, int] = Field(default_factory=dict)  # endpoint URL → requests in flight
 
@@ -45,6 +48,7 @@ class ClusterLoad:
 
     proxies: int = 0
     oldest: float | None = None  # the oldest `at` among the fresh values
+    oldest_table: float | None = None  # the oldest `table_at` among them (None if one had none)
     deployments: dict[uuid.UUID, DeploymentLoad] = field(default_factory=dict)
     endpoints: dict[str, int] = field(default_factory=dict)
 
@@ -78,8 +82,13 @@ async def read_loads(
             continue
         if load.proxy_id != key or now - load.at > max_age:
             continue
+        first = total.proxies == 0
         total.proxies += 1
         total.oldest = load.at if total.oldest is None else min(total.oldest, load.at)
+        if first:
+            total.oldest_table = load.table_at
+        elif total.oldest_table is not None:
+            total.oldest_table = None if load.table_at is None else min(total.oldest_table, load.table_at)
         for dep, d in load.deployments.items():
             acc = total.deployments.setdefault(dep, DeploymentLoad())
             acc.inflight += d.inflight

@@ -26,8 +26,11 @@ from sokovan.common.rpc import AgentRPCClient
 from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.deployment.coordinator import DeploymentCoordinator
 from sokovan.orchestrator.deployment.handler import DeploymentHandler
+from sokovan.orchestrator.deployment.handlers.autoscale_deployment import AutoscaleDeployment
 from sokovan.orchestrator.deployment.handlers.check_pending_deployment import CheckPendingDeployment
 from sokovan.orchestrator.deployment.handlers.check_replica_deployment import CheckReplicaDeployment
+from sokovan.orchestrator.deployment.handlers.deploying_deployment import DeployingDeployment
+from sokovan.orchestrator.deployment.handlers.deployment_health import DeploymentHealth
 from sokovan.orchestrator.deployment.handlers.destroying_deployment import DestroyingDeployment
 from sokovan.orchestrator.deployment.handlers.reconcile_deployment import ReconcileDeployment
 from sokovan.orchestrator.deployment.handlers.scaling_deployment import ScalingDeployment
@@ -136,15 +139,20 @@ class Serving:
 
 
 def deployment_lanes(
-    engine: AsyncEngine, events: UserEventPublisher | None
+    engine: AsyncEngine, events: UserEventPublisher | None, bus: RoutingBus
 ) -> dict[str, list[DeploymentHandler]]:
+    """The autoscaler first (what it decides, the others carry out in the same cycle); the health
+    judgement last, once the routes are as the others left them."""
     return {
         "deployments": [
+            AutoscaleDeployment(engine, bus),
             CheckPendingDeployment(engine),
             CheckReplicaDeployment(),
             ReconcileDeployment(),
             ScalingDeployment(engine, events),
+            DeployingDeployment(engine, events),
             DestroyingDeployment(engine, events),
+            DeploymentHealth(),
         ]
     }
 
@@ -265,7 +273,9 @@ class SokovanOrchestrator:
     def _add_serving(self, engine: AsyncEngine, events: UserEventPublisher | None, serving: Serving) -> None:
         """Deployments and routes: what one moves is the other's business, and a replica session
         moving is the routes' (a replica started, or ended: the schedule coordinator wakes them)."""
-        deployments = DeploymentCoordinator(engine, deployment_lanes(engine, events), self.lock, events)
+        deployments = DeploymentCoordinator(
+            engine, deployment_lanes(engine, events, serving.bus), self.lock, events
+        )
         routes = RouteCoordinator(engine, route_lanes(engine, serving), self.lock, events)
         deployments.on_wake = routes.on_wake = self.wake
         wake_serving = functools.partial(self.wake, Hint.DEPLOYMENT, Hint.ROUTE)

@@ -46,6 +46,13 @@ class RouteRow:
     revision: int = 1
     drain_timeout: float = 30.0
 
+    def running_since(self) -> float:
+        """When the replica session became RUNNING (epoch seconds): `initial_delay` counts from
+        there, not from the route's creation (a replica may wait a long time for room first)."""
+        if self.session_status == SessionStatus.RUNNING and self.session_changed_at is not None:
+            return self.session_changed_at.timestamp()
+        return self.status_changed_at.timestamp()
+
 
 @dataclass(frozen=True)
 class DeploymentRow:

@@ -1,14 +1,19 @@
 """A deployment handler: its targets and its SUCCESS / FAILURE table at the top of its class.
 
-The five handlers and their tables (the design's deployment table):
+The handlers and their tables (the design's deployment table, with DEGRADED and updates):
 
 | Handler | From | SUCCESS | FAILURE |
 |---|---|---|---|
+| AutoscaleDeployment | READY, DEGRADED, SCALING, DEPLOYING | (stay) | (stay) |
 | CheckPendingDeployment | PENDING | SCALING | (stay) |
-| ScalingDeployment | SCALING | READY | (stay) |
-| CheckReplicaDeployment | READY | SCALING | (stay) |
-| ReconcileDeployment | READY | (stay) | SCALING |
+| CheckReplicaDeployment | READY, DEGRADED | SCALING | (stay) |
+| ReconcileDeployment | READY, DEGRADED | (stay) | SCALING |
+| ScalingDeployment | SCALING | READY | DEGRADED |
+| DeployingDeployment | DEPLOYING | READY | DEGRADED |
 | DestroyingDeployment | DESTROYING | DESTROYED | DESTROYED |
+| DeploymentHealth | READY, DEGRADED | READY | DEGRADED |
+
+SUCCESS into READY means every target replica is HEALTHY; FAILURE into DEGRADED that fewer are.
 """
 
 from __future__ import annotations

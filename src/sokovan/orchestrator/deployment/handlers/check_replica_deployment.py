@@ -1,4 +1,4 @@
-"""READY → SCALING when the target number of replicas changed since the deployment last scaled."""
+"""READY or DEGRADED → SCALING when the target number of replicas changed since the deployment last scaled."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from sokovan.state.serving_reads import DeploymentRow
 
 
 class CheckReplicaDeployment(DeploymentHandler):
-    targets = frozenset({E.READY})
+    targets = frozenset({E.READY, E.DEGRADED})
     transitions = DeploymentTransitions(success=E.SCALING, failure=None)
 
     async def execute(self, rows: Sequence[DeploymentRow]) -> OutcomeResult:

@@ -1,4 +1,4 @@
-"""READY stays READY while its live routes match what it scaled to; a route that went away (evicted,
+"""READY or DEGRADED stays so while its live routes match what it scaled to; a route that went away (evicted,
 failed, its session lost) fails the check and sends the deployment back to SCALING to replace it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from sokovan.state.serving_reads import DeploymentRow
 
 
 class ReconcileDeployment(DeploymentHandler):
-    targets = frozenset({E.READY})
+    targets = frozenset({E.READY, E.DEGRADED})
     transitions = DeploymentTransitions(success=None, failure=E.SCALING)
 
     async def execute(self, rows: Sequence[DeploymentRow]) -> OutcomeResult:

@@ -66,10 +66,10 @@ class HealthCheckRoute(RouteHandler):
 
 def judge(route: RouteRow, check: HealthCheck, report: HealthReport | None, now: float) -> str | None:
     """'success', 'failure', 'stale' or None (not enough evidence either way) for one route."""
-    started = route.status_changed_at.timestamp() if route.status == R.DEGRADED else 0.0
+    # A replica just started gets its initial delay (from its RUNNING) and a window to be probed.
+    started = route.running_since() if route.status == R.DEGRADED else 0.0
     window = STALE_AFTER_INTERVALS * check.interval
     if report is None or now - report.last_checked_at > window:
-        # A route that has just started serving gets its initial delay and a window to be probed.
         if now - started <= check.initial_delay + window:
             return None
         return "stale"

@@ -1,6 +1,8 @@
 """Publishes the routing table: per live deployment, the endpoints of its HEALTHY routes (where the
-app proxies send traffic; none yet is an empty list), and every route whose replica serves (which
-the proxies probe).
+app proxies send traffic; none yet is an empty list) — during a blue-green update only those of the
+revision being served — what the proxies need of the deployment (its id, token digest, target and
+whether it is autoscaled), and every route whose replica serves (which the proxies probe, from
+`initial_delay` after the replica became RUNNING).
 
 It runs every cycle even with no HEALTHY route, so the proxies learn that a route left, and it
 keeps the gauge of replicas by route status. It changes no status. An unchanged table is written
@@ -12,11 +14,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from sokovan.bus.routing import HealthCheck, ProbeTarget, RoutingBus, RoutingTable, publish_table
+from sokovan.bus.routing import (
+    DeploymentEntry,
+    HealthCheck,
+    ProbeTarget,
+    RoutingBus,
+    RoutingTable,
+    publish_table,
+)
 from sokovan.common.metrics import ROUTE_REPLICAS
 from sokovan.common.types import EndpointLifecycle
 from sokovan.db.models import Deployment, Route
@@ -25,6 +35,18 @@ from sokovan.orchestrator.spine.outcome import OutcomeResult
 from sokovan.state.serving_reads import RouteRow
 
 REFRESH = 5.0
+
+
+def entry(d: Any) -> DeploymentEntry:
+    """What the proxies need of one deployment row (id, token, target, autoscaling)."""
+    scaling = d.autoscaling or {}
+    return DeploymentEntry(
+        id=d.id,
+        token_sha256=None if d.open_to_public else d.token_sha256,
+        replicas=d.replicas,
+        autoscaled=bool(scaling),
+        activation_timeout=float(scaling.get("activation_timeout", 60.0)),
+    )
 
 
 class ServiceDiscoverySync(RouteHandler):
@@ -42,18 +64,31 @@ class ServiceDiscoverySync(RouteHandler):
     async def execute(self, rows: Sequence[RouteRow]) -> OutcomeResult:
         table = RoutingTable(generated_at=time.time())
         # Every deployment that is not gone is known to the proxies, with or without a healthy
-        # replica: none healthy is a 503 there, an unknown name a 404.
+        # replica: none healthy is a 503 there (or a held request, autoscaled at zero), an unknown
+        # name a 404.
         async with self._engine.connect() as conn:
-            names = (
+            deployments = (
                 await conn.execute(
-                    select(Deployment.name).where(Deployment.status != EndpointLifecycle.DESTROYED.value)
+                    select(
+                        Deployment.id,
+                        Deployment.name,
+                        Deployment.token_sha256,
+                        Deployment.open_to_public,
+                        Deployment.replicas,
+                        Deployment.autoscaling,
+                        Deployment.serving_revision,
+                    ).where(Deployment.status != EndpointLifecycle.DESTROYED.value)
                 )
-            ).scalars()
-            table.routes.update({name: [] for name in names})
+            ).all()
+        serving: dict[str, int | None] = {}
+        for d in deployments:
+            table.routes[d.name] = []
+            table.deployments[d.name] = entry(d)
+            serving[d.name] = d.serving_revision
         for route in rows:
             if route.endpoint is None:
                 continue
-            if route.status == R.HEALTHY:
+            if route.status == R.HEALTHY and serving.get(route.deployment_name) in (None, route.revision):
                 table.routes.setdefault(route.deployment_name, []).append(route.endpoint)
             table.probes.append(
                 ProbeTarget(
@@ -61,7 +96,7 @@ class ServiceDiscoverySync(RouteHandler):
                     deployment=route.deployment_name,
                     endpoint=route.endpoint,
                     health_check=HealthCheck.model_validate(route.health_check),
-                    since=route.created_at.timestamp(),
+                    since=route.running_since(),
                 )
             )
         content = table.model_dump_json(exclude={"generated_at"})
