@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 
-from sokovan.bus.routing import HealthCheck, ProbeTarget, RoutingTable, publish_table
+from sokovan.bus.routing import DeploymentEntry, HealthCheck, ProbeTarget, RoutingTable, publish_table
 from sokovan.common.settings import Settings
 from sokovan.proxy import AppProxy, ProxyConfig
 from tests import services
@@ -123,13 +123,25 @@ def target(
     )
 
 
+def entry(**fields: Any) -> DeploymentEntry:
+    """A routing-table entry with a fresh id (open, default limits, unless told)."""
+    return DeploymentEntry(id=uuid.uuid4(), **fields)
+
+
 async def publish(
     redis: aioredis.Redis,
     settings: Settings,
     routes: dict[str, list[str]] | None = None,
     probes: list[ProbeTarget] | None = None,
+    deployments: dict[str, DeploymentEntry] | None = None,
+    generated_at: float | None = None,
 ) -> RoutingTable:
-    table = RoutingTable(generated_at=time.time(), routes=routes or {}, probes=probes or [])
+    table = RoutingTable(
+        generated_at=time.time() if generated_at is None else generated_at,
+        routes=routes or {},
+        probes=probes or [],
+        deployments=deployments or {},
+    )
     await publish_table(redis, settings.etcd_prefix, settings.cluster_secret or "", table)
     return table
 

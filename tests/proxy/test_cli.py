@@ -58,6 +58,15 @@ def test_refuses_a_bad_bind_and_a_taken_port(proxy_env: dict[str, str]) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_the_guard_options(proxy_env: dict[str, str]) -> None:
+    result = run_cli(["--help"], proxy_env)
+    assert result.returncode == 0
+    for option in ("--max-per-client", "--header-timeout", "--body-timeout", "--connect-timeout"):
+        assert option in result.stdout
+    result = run_cli(["--bind", f"127.0.0.1:{free_port()}", "--header-timeout", "0"], proxy_env)
+    assert result.returncode != 0 and "--header-timeout" in result.stderr
+
+
 @pytest.fixture
 def proxy_process(
     proxy_env: dict[str, str], tmp_path: Path

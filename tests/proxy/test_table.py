@@ -98,3 +98,30 @@ async def test_no_table_yet_is_503(
     async with client.get(f"{proxy.url}/app/x") as resp:
         assert resp.status == 503
         assert resp.content_type == "application/problem+json"
+
+
+async def test_a_table_older_than_the_one_in_force_is_ignored(
+    redis: aioredis.Redis,
+    proxy_settings: Settings,
+    start_proxy: StartProxy,
+    backends: Backends,
+    client: aiohttp.ClientSession,
+) -> None:
+    new, old = await backends("new", "old")
+    proxy = await start_proxy()
+    current = await publish(redis, proxy_settings, {"app": [new.url]})
+    await applied(proxy, current)
+    reads_before = proxy.follower.reads
+    await publish(redis, proxy_settings, {"app": [old.url]}, generated_at=current.generated_at - 10)
+
+    async def reread_a_few_times() -> bool:
+        return proxy.follower.reads >= reads_before + 3
+
+    await eventually(reread_a_few_times)
+    assert proxy.follower.last_generated_at == current.generated_at
+    assert await whoami(client, proxy) == "new"
+    assert old.hits == 0
+    # The same table again is fine (re-reads), and so is a newer one.
+    await publish(redis, proxy_settings, {"app": [new.url]}, generated_at=current.generated_at)
+    await applied(proxy, await publish(redis, proxy_settings, {"app": [old.url]}))
+    assert await whoami(client, proxy) == "old"

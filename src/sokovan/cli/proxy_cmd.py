@@ -14,6 +14,9 @@ from sokovan.cli.log_format import log_format_option, start_logging
 from sokovan.common import eventloop
 from sokovan.common.lifecycle import stop_on_signals
 from sokovan.common.settings import Settings
+from sokovan.proxy.config import ProxyConfig
+
+DEFAULTS = ProxyConfig()
 
 
 def parse_bind(value: str) -> tuple[str, int]:
@@ -24,13 +27,10 @@ def parse_bind(value: str) -> tuple[str, int]:
     return host.removeprefix("[").removesuffix("]"), int(port)
 
 
-async def _serve(settings: Settings, host: str, port: int, public_url: str | None, concurrency: int) -> None:
-    from sokovan.proxy import AppProxy, ProxyConfig
+async def _serve(settings: Settings, config: ProxyConfig) -> None:
+    from sokovan.proxy import AppProxy
 
-    proxy = AppProxy(
-        settings, ProxyConfig(host=host, port=port, public_url=public_url, probe_concurrency=concurrency)
-    )
-    await proxy.run(stop_on_signals())
+    await AppProxy(settings, config).run(stop_on_signals())
 
 
 @click.command()
@@ -55,9 +55,45 @@ async def _serve(settings: Settings, host: str, port: int, public_url: str | Non
     show_default=True,
     help="Health probes in flight at most.",
 )
+@click.option(
+    "--max-per-client",
+    type=click.IntRange(1, 100_000),
+    default=DEFAULTS.max_per_client,
+    show_default=True,
+    help="Requests in flight per client address and deployment, past which the answer is 429.",
+)
+@click.option(
+    "--header-timeout",
+    type=click.FloatRange(0.1, 3600),
+    default=DEFAULTS.header_timeout,
+    show_default=True,
+    help="Seconds a client has to send its complete request headers.",
+)
+@click.option(
+    "--body-timeout",
+    type=click.FloatRange(0.1, 3600),
+    default=DEFAULTS.body_timeout,
+    show_default=True,
+    help="Seconds a request body may go without a byte before the client is cut off.",
+)
+@click.option(
+    "--connect-timeout",
+    type=click.FloatRange(0.1, 600),
+    default=DEFAULTS.connect_timeout,
+    show_default=True,
+    help="Seconds to connect to a replica before trying the next one.",
+)
 @log_format_option
 def proxy(
-    config: str | None, bind: str, public_url: str | None, probe_concurrency: int, log_format: str | None
+    config: str | None,
+    bind: str,
+    public_url: str | None,
+    probe_concurrency: int,
+    max_per_client: int,
+    header_timeout: float,
+    body_timeout: float,
+    connect_timeout: float,
+    log_format: str | None,
 ) -> None:
     """Run the app proxy: forward /<deployment>/... to HEALTHY replicas, probe their health."""
     settings = load_with_secret(config, "the proxy refuses to start without it")
@@ -65,7 +101,17 @@ def proxy(
     start_logging("proxy", log_format, secrets=[settings.cluster_secret])
     from sokovan.proxy import ProxyStartError
 
+    proxy_config = ProxyConfig(
+        host=host,
+        port=port,
+        public_url=public_url,
+        probe_concurrency=probe_concurrency,
+        max_per_client=max_per_client,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+        connect_timeout=connect_timeout,
+    )
     try:
-        eventloop.run(_serve(settings, host, port, public_url, probe_concurrency))
+        eventloop.run(_serve(settings, proxy_config))
     except ProxyStartError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -1,12 +1,13 @@
 """`AppProxy`: the app proxy's lifecycle, wiring the table follower, prober, report writer and server.
 
 `start()` binds the HTTP port (the only thing that can make it fail), reads the routing table once
-if Redis answers, and starts the background loops: following the table, writing health reports and
-registering the proxy's public URL every few seconds. None of them needs Redis to be up: each
-retries with backoff and the proxy forwards with the last table it read. `stop()` unregisters the
-URL, lets in-flight requests finish (briefly), stops probing and writes the last reports. A loop
-that ends on an error that is not Redis being away (a bug) stops the proxy with `ProxyFailed`, so
-that `sokovan proxy` exits non-zero saying why, instead of forwarding with a table no longer followed.
+if Redis answers, and starts the background loops: following the table, writing health reports,
+registering the proxy's public URL every few seconds and writing the proxy's load every second.
+None of them needs Redis to be up: each retries with backoff and the proxy forwards with the last
+table it read. `stop()` unregisters the URL, lets in-flight requests finish (briefly), stops
+probing, writes the last reports and removes the proxy's load. A loop that ends on an error that
+is not Redis being away (a bug) stops the proxy with `ProxyFailed`, so that `sokovan proxy` exits
+non-zero saying why, instead of forwarding with a table no longer followed. (`ProxyConfig`: `config`.)
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import asyncio
 import contextlib
 import socket
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -26,6 +26,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from sokovan.bus.proxy_load import ProxyLoad, forget_load, write_load
 from sokovan.bus.routing import (
     HealthReport,
     RoutingTable,
@@ -37,13 +38,18 @@ from sokovan.bus.routing import (
 from sokovan.common.lifecycle import Service
 from sokovan.common.settings import Settings
 from sokovan.common.supervise import describe
+from sokovan.proxy.activation import TableSignal
 from sokovan.proxy.app import create_app
 from sokovan.proxy.backoff import sleep_unless
 from sokovan.proxy.balancer import Balancer
+from sokovan.proxy.config import ProxyConfig
 from sokovan.proxy.forward import Forwarder
+from sokovan.proxy.guard import Limits
+from sokovan.proxy.load import LoadReporter, LoadTracker
 from sokovan.proxy.probes import Prober
 from sokovan.proxy.reports import ReportWriter
 from sokovan.proxy.table import TableFollower
+from sokovan.proxy.timeouts import GuardedRunner
 
 log = structlog.get_logger(__name__)
 
@@ -56,20 +62,6 @@ class ProxyStartError(RuntimeError):
 
 class ProxyFailed(ProxyStartError):
     """One of the proxy's background loops ended on an error: the proxy stopped."""
-
-
-@dataclass(frozen=True)
-class ProxyConfig:
-    host: str = "127.0.0.1"
-    port: int = 8091  # 0 picks a free one
-    public_url: str | None = None  # default: http://<host>:<port>
-    table_poll_interval: float = 1.0
-    register_interval: float = 5.0
-    probe_concurrency: int = 64
-    connect_timeout: float = 3.0  # per replica, before trying the next one
-    read_timeout: float | None = None  # between two reads from a replica; None: streams may idle
-    max_connections: int = 1000  # to all replicas together, for forwarding
-    shutdown_timeout: float = 5.0  # for in-flight requests at stop
 
 
 def default_public_url(host: str, port: int) -> str:
@@ -90,6 +82,11 @@ class AppProxy(Service):
         )
         self.proxy_id = ""  # <host name>:<port>, once bound: a restarted proxy replaces its entry
         self.balancer = Balancer()
+        self.limits = Limits(self.config.max_per_client)
+        self.load = LoadTracker()
+        self.loads = LoadReporter(self._load_snapshot, self._write_load, self.config.load_interval)
+        self.load.on_wait = self.loads.wake
+        self.table_signal = TableSignal()
         self.writer = ReportWriter(self._write_reports)
         self.follower = TableFollower(
             self._redis, self._prefix, self._secret, self._apply, self.config.table_poll_interval
@@ -113,21 +110,42 @@ class AppProxy(Service):
             cookie_jar=aiohttp.DummyCookieJar(),
         )
         forward_session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=cfg.max_connections, keepalive_timeout=2.0),
+            # No per-host limit, and by default no total one: each deployment's `max_connections`
+            # (enforced before a connection is taken) bounds what it can hold, so none starves another.
+            connector=aiohttp.TCPConnector(
+                limit=cfg.max_connections, limit_per_host=0, keepalive_timeout=2.0
+            ),
             cookie_jar=aiohttp.DummyCookieJar(),
             auto_decompress=False,  # bytes pass through as the replica encoded them
         )
         self._sessions = [probe_session, forward_session]
-        self._prober = Prober(probe_session, self.writer, self._read_reports, cfg.probe_concurrency)
+        self._prober = Prober(
+            probe_session, self.writer, self._read_reports, cfg.probe_concurrency, label=self.balancer.label
+        )
         self.balancer.failing = self._prober.failing
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=cfg.connect_timeout, sock_read=cfg.read_timeout
         )
-        app = create_app(Forwarder(self.balancer, forward_session, timeout), self.status)
+        forwarder = Forwarder(
+            self.balancer,
+            forward_session,
+            timeout,
+            limits=self.limits,
+            load=self.load,
+            signal=self.table_signal,
+            body_timeout=cfg.body_timeout,
+        )
+        app = create_app(forwarder, self.status)
         # A client that goes away cancels its handler, which closes the replica's connection with it
         # (an idle event stream would otherwise hold it until the replica next writes).
-        self._runner = web.AppRunner(
-            app, access_log=None, shutdown_timeout=cfg.shutdown_timeout, handler_cancellation=True
+        # (Also what cuts off a client whose request body stalls: closing its connection.)
+        self._runner = GuardedRunner(
+            app,
+            header_timeout=cfg.header_timeout,
+            access_log=None,
+            shutdown_timeout=cfg.shutdown_timeout,
+            handler_cancellation=True,
+            keepalive_timeout=cfg.keepalive_timeout,
         )
         await self._runner.setup()
         try:
@@ -145,6 +163,7 @@ class AppProxy(Service):
             asyncio.create_task(self.follower.run(self._stop), name="proxy-table"),
             asyncio.create_task(self.writer.run(self._stop), name="proxy-reports"),
             asyncio.create_task(self._register_loop(), name="proxy-register"),
+            asyncio.create_task(self.loads.run(self._stop), name="proxy-load"),
         ]
         log.info("proxy.started", bind=f"{cfg.host}:{port}", url=self.url, proxy_id=self.proxy_id)
 
@@ -183,6 +202,8 @@ class AppProxy(Service):
         await asyncio.gather(*self._tasks, return_exceptions=True)
         with contextlib.suppress(RedisError, OSError, TimeoutError):
             await asyncio.wait_for(unregister_proxy(self._redis, self._prefix, self.proxy_id), 2.0)
+        with contextlib.suppress(RedisError, OSError, TimeoutError):
+            await asyncio.wait_for(forget_load(self._redis, self._prefix, self.proxy_id), 2.0)
         if self._runner is not None:
             await self._runner.cleanup()
         if self._prober is not None:
@@ -204,7 +225,20 @@ class AppProxy(Service):
 
     async def _apply(self, table: RoutingTable) -> None:
         self.balancer.apply(table)
+        self.table_signal.applied()  # requests held for a replica look again
         await self.prober.sync(table.probes)
+
+    def _load_snapshot(self) -> ProxyLoad:
+        table = self.balancer.table
+        known = [e.id for e in table.deployments.values()] if table else []
+        load = self.load.snapshot(self.proxy_id, known)
+        # Under which table it was measured: a route that left the table is drained only by
+        # reports made under a newer one (TerminatingRoute).
+        load.table_at = table.generated_at if table else None
+        return load
+
+    async def _write_load(self, load: ProxyLoad) -> None:
+        await write_load(self._redis, self._prefix, self._secret, load)
 
     async def _read_reports(self, route_ids: list[uuid.UUID]) -> dict[uuid.UUID, HealthReport]:
         return await read_reports(self._redis, self._prefix, self._secret, route_ids)

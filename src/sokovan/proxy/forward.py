@@ -10,9 +10,15 @@ chunk, so server-sent events and long responses flow as the replica writes them.
 breaks off mid-response the client's connection is closed, so the truncation is visible; if the
 client goes away, the replica's connection is closed with it.
 
+Before any of that the request passes the guard (`guard`: the deployment's token, 401 without it;
+its limits, 429 past them), an autoscaled deployment with no replica holds it until one starts
+(`activation`), and it is counted in the proxy's load (`load`). The request body is streamed with
+an idle timeout (`timeouts.body_chunks`); the connection to a replica has `connect_timeout`.
+
 Errors the proxy answers itself are problem documents: 404 for a deployment the routing table does
-not mention, 503 when it has no HEALTHY replica or none could be connected to, 502 when a replica
-failed after the request was sent.
+not mention, 401 and 429 from the guard, 503 when it has no HEALTHY replica (none started in time,
+for an autoscaled one) or none could be connected to, 502 when a replica failed after the request
+was sent. Metrics and logs name deployments by id (`Balancer.label`).
 """
 
 from __future__ import annotations
@@ -25,10 +31,15 @@ import structlog
 from aiohttp import web
 from yarl import URL
 
+from sokovan.bus.routing import DeploymentEntry
 from sokovan.proxy import metrics
-from sokovan.proxy.balancer import Balancer
+from sokovan.proxy.activation import TableSignal, await_endpoints
+from sokovan.proxy.balancer import UNKNOWN, Balancer
+from sokovan.proxy.guard import DEFAULT_MAX_CONNECTIONS, Limits, authorized, too_many, unauthorized
 from sokovan.proxy.headers import downstream_response_headers, upstream_request_headers
+from sokovan.proxy.load import LoadTracker
 from sokovan.proxy.problems import problem
+from sokovan.proxy.timeouts import BODY_TIMED_OUT, body_chunks
 
 log = structlog.get_logger(__name__)
 
@@ -61,71 +72,129 @@ def target_url(endpoint: str, rest: str, query: str) -> URL:
 
 
 class Forwarder:
-    def __init__(self, balancer: Balancer, session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout):
+    def __init__(
+        self,
+        balancer: Balancer,
+        session: aiohttp.ClientSession,
+        timeout: aiohttp.ClientTimeout,
+        *,
+        limits: Limits,
+        load: LoadTracker,
+        signal: TableSignal,
+        body_timeout: float,
+    ) -> None:
         self._balancer = balancer
         self._session = session
         self._timeout = timeout
+        self._limits = limits
+        self._load = load
+        self._signal = signal
+        self._body_timeout = body_timeout
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         name, rest = split_path(request.rel_url.raw_path)
         if not self._balancer.knows(name):
-            metrics.REQUESTS.labels(deployment="(unknown)", outcome="unknown_deployment").inc()
+            metrics.REQUESTS.labels(deployment=UNKNOWN, outcome="unknown_deployment").inc()
             if self._balancer.table is None:
                 return problem(503, "No routing table", "the proxy has not read the routing table yet")
             return problem(404, "Unknown deployment", f"no deployment named {name!r} is routed here")
+        entry = self._balancer.entry(name)
+        label = self._balancer.label(name)
+        if not authorized(entry, request.headers):
+            metrics.REQUESTS.labels(deployment=label, outcome="unauthorized").inc()
+            return unauthorized(name)
+        key, cap = (
+            (str(entry.id), entry.max_connections) if entry else (f"name:{name}", DEFAULT_MAX_CONNECTIONS)
+        )
+        slot = self._limits.enter(key, request.remote or "", cap)
+        if isinstance(slot, str):
+            metrics.REQUESTS.labels(deployment=label, outcome="too_many_requests").inc()
+            return too_many(name, slot)
+        with slot:
+            if entry is not None:
+                self._load.started(entry.id)
+            return await self._serve(request, name, rest, entry, label)
+
+    async def _serve(
+        self, request: web.Request, name: str, rest: str, entry: DeploymentEntry | None, label: str
+    ) -> web.StreamResponse:
         candidates = self._balancer.candidates(name)
-        if not candidates:
-            metrics.REQUESTS.labels(deployment=name, outcome="no_healthy_replica").inc()
-            return problem(503, "No healthy replica", f"deployment {name!r} has no HEALTHY replica right now")
-        headers = upstream_request_headers(request, f"/{name}")
-        body = request.content if request.body_exists else None
-        retry_on_disconnect = body is None and request.method in IDEMPOTENT
-        query = request.rel_url.raw_query_string
-        for attempt, endpoint in enumerate(candidates):
-            if attempt:
-                metrics.RETRIES.labels(deployment=name).inc()
-            try:
-                upstream = await self._session.request(
-                    request.method,
-                    target_url(endpoint, rest, query),
-                    headers=headers,
-                    data=body,
-                    allow_redirects=False,
-                    skip_auto_headers=SKIP_AUTO_HEADERS,
-                    timeout=self._timeout,
+        if not candidates and entry is not None and entry.autoscaled:
+            with self._load.waiting(entry.id):
+                candidates = await await_endpoints(
+                    self._signal, lambda: self._balancer.candidates(name), entry.activation_timeout
                 )
-            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError, ValueError) as exc:
-                # Nothing was sent: the connection itself failed (or the endpoint is not a URL at all).
-                # Skip this replica for a while.
-                log.warning("proxy.replica_unreachable", deployment=name, endpoint=endpoint, error=str(exc))
-                self._balancer.mark_failed(endpoint)
-                continue
-            except (
-                aiohttp.ServerDisconnectedError,
-                aiohttp.ClientOSError,
-                aiohttp.ClientConnectionResetError,
-            ) as exc:
-                if retry_on_disconnect and _dropped(exc):
-                    log.info("proxy.replica_disconnected", deployment=name, endpoint=endpoint, error=str(exc))
-                    continue
-                return self._bad_gateway(name, endpoint, exc)
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                return self._bad_gateway(name, endpoint, exc)
-            return await self._relay(request, upstream, name, endpoint)
-        metrics.REQUESTS.labels(deployment=name, outcome="all_replicas_failed").inc()
+            if not candidates:
+                metrics.REQUESTS.labels(deployment=label, outcome="activation_timeout").inc()
+                return problem(
+                    503,
+                    "No healthy replica",
+                    f"deployment {name!r} has no replica: none started within {entry.activation_timeout:g} s",
+                )
+        if not candidates:
+            metrics.REQUESTS.labels(deployment=label, outcome="no_healthy_replica").inc()
+            return problem(503, "No healthy replica", f"deployment {name!r} has no HEALTHY replica right now")
+        with self._load.inflight(entry.id if entry else None):
+            for attempt, endpoint in enumerate(candidates):
+                if attempt:
+                    metrics.RETRIES.labels(deployment=label).inc()
+                with self._load.on_endpoint(endpoint):
+                    answer = await self._try(request, endpoint, rest, name, label)
+                if answer is not None:
+                    return answer
+        metrics.REQUESTS.labels(deployment=label, outcome="all_replicas_failed").inc()
         return problem(
             503,
             "No healthy replica",
             f"no replica of deployment {name!r} could be connected to ({len(candidates)} tried)",
         )
 
-    def _bad_gateway(self, name: str, endpoint: str, exc: BaseException) -> web.Response:
-        log.warning("proxy.replica_failed", deployment=name, endpoint=endpoint, error=repr(exc))
-        metrics.REQUESTS.labels(deployment=name, outcome="upstream_failed").inc()
-        return problem(502, "Bad gateway", f"the replica of {name!r} failed to answer: {type(exc).__name__}")
+    async def _try(
+        self, request: web.Request, endpoint: str, rest: str, name: str, label: str
+    ) -> web.StreamResponse | None:
+        """The answer through `endpoint`, or None when the next replica should get the request."""
+        body = body_chunks(request, self._body_timeout) if request.body_exists else None
+        try:
+            upstream = await self._session.request(
+                request.method,
+                target_url(endpoint, rest, request.rel_url.raw_query_string),
+                headers=upstream_request_headers(request, f"/{name}"),
+                data=body,
+                allow_redirects=False,
+                skip_auto_headers=SKIP_AUTO_HEADERS,
+                timeout=self._timeout,
+            )
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError, ValueError) as exc:
+            # Nothing was sent: the connection itself failed (or the endpoint is not a URL at all).
+            # Skip this replica for a while.
+            log.warning("proxy.replica_unreachable", deployment=label, endpoint=endpoint, error=str(exc))
+            self._balancer.mark_failed(endpoint)
+            return None
+        except (
+            aiohttp.ServerDisconnectedError,
+            aiohttp.ClientOSError,
+            aiohttp.ClientConnectionResetError,
+        ) as exc:
+            if body is None and request.method in IDEMPOTENT and _dropped(exc):
+                log.info("proxy.replica_disconnected", deployment=label, endpoint=endpoint, error=str(exc))
+                return None
+            return self._bad_gateway(request, label, endpoint, exc)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return self._bad_gateway(request, label, endpoint, exc)
+        return await self._relay(request, upstream, label, endpoint)
+
+    def _bad_gateway(
+        self, request: web.Request, label: str, endpoint: str, exc: BaseException
+    ) -> web.Response:
+        if request.get(BODY_TIMED_OUT):  # the client was cut off: nobody to answer
+            metrics.REQUESTS.labels(deployment=label, outcome="body_timeout").inc()
+            return problem(408, "Request timeout", "no byte of the request body for too long")
+        log.warning("proxy.replica_failed", deployment=label, endpoint=endpoint, error=repr(exc))
+        metrics.REQUESTS.labels(deployment=label, outcome="upstream_failed").inc()
+        return problem(502, "Bad gateway", f"the replica failed to answer: {type(exc).__name__}")
 
     async def _relay(
-        self, request: web.Request, upstream: aiohttp.ClientResponse, name: str, endpoint: str
+        self, request: web.Request, upstream: aiohttp.ClientResponse, label: str, endpoint: str
     ) -> web.StreamResponse:
         out = web.StreamResponse(
             status=upstream.status,
@@ -139,9 +208,9 @@ class Forwarder:
                     chunk = await upstream.content.readany()
                 except (aiohttp.ClientError, TimeoutError) as exc:
                     log.warning(
-                        "proxy.replica_broke_off", deployment=name, endpoint=endpoint, error=repr(exc)
+                        "proxy.replica_broke_off", deployment=label, endpoint=endpoint, error=repr(exc)
                     )
-                    metrics.REQUESTS.labels(deployment=name, outcome="upstream_broken").inc()
+                    metrics.REQUESTS.labels(deployment=label, outcome="upstream_broken").inc()
                     if request.transport is not None:
                         request.transport.close()  # the client must see the truncation
                     return out
@@ -151,7 +220,7 @@ class Forwarder:
             await out.write_eof()
         except (ConnectionError, asyncio.CancelledError) as exc:
             # The client went away (its handler is cancelled, or a write fails): nothing left to deliver.
-            metrics.REQUESTS.labels(deployment=name, outcome="client_gone").inc()
+            metrics.REQUESTS.labels(deployment=label, outcome="client_gone").inc()
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return out
@@ -160,5 +229,5 @@ class Forwarder:
                 upstream.release()  # the connection goes back to the pool
             else:
                 upstream.close()
-        metrics.REQUESTS.labels(deployment=name, outcome="forwarded").inc()
+        metrics.REQUESTS.labels(deployment=label, outcome="forwarded").inc()
         return out

@@ -3,6 +3,8 @@
 Hop-by-hop headers (RFC 9110 §7.6.1: Connection and the headers it names, Keep-Alive, TE, Trailer,
 Transfer-Encoding, Upgrade, Proxy-*) describe one connection, not the message; the proxy's own
 connections carry their own. `Host` is set from the replica's URL; `Expect` was answered already.
+`Authorization` never reaches a replica: it carries the deployment's access token, which is the
+proxy's to check (`guard`), not the replica's to see.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def _copy(headers: CIMultiDictProxy[str], drop: frozenset[str]) -> CIMultiDict[s
 
 def upstream_request_headers(request: web.Request, prefix: str) -> CIMultiDict[str]:
     """The client's headers for the replica, with X-Forwarded-For/-Host/-Proto/-Prefix."""
-    out = _copy(request.headers, _dropped(request.headers, frozenset({"host", "expect"})))
+    out = _copy(request.headers, _dropped(request.headers, frozenset({"host", "expect", "authorization"})))
     peer = request.remote or ""
     prior = ", ".join(request.headers.getall("X-Forwarded-For", []))
     out["X-Forwarded-For"] = f"{prior}, {peer}" if prior else peer

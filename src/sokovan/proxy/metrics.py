@@ -1,6 +1,8 @@
 """The proxy's Prometheus counters, in a registry of their own (served by the proxy's `GET /metrics`).
 
 Kept apart from the manager's default registry so a proxy's `/metrics` shows only what it does.
+Deployments are labelled by id only (`Balancer.label`), "(unknown)" for a name the routing table
+has no entry for: a deployment's name, chosen by its owner, is never a label value.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 
 REQUESTS = Counter(
     "sokovan_proxy_requests_total",
-    "Requests for a deployment, by deployment and outcome (forwarded, unknown_deployment, "
-    "no_healthy_replica, all_replicas_failed, upstream_failed, upstream_broken, client_gone)",
+    "Requests for a deployment, by deployment id and outcome (forwarded, unknown_deployment, "
+    "unauthorized, too_many_requests, no_healthy_replica, activation_timeout, all_replicas_failed, "
+    "upstream_failed, upstream_broken, client_gone, body_timeout)",
     ["deployment", "outcome"],
     registry=REGISTRY,
 )
@@ -24,7 +27,7 @@ RETRIES = Counter(
 )
 PROBES = Counter(
     "sokovan_proxy_probes_total",
-    "Health probes, by deployment and result (pass, fail)",
+    "Health probes, by deployment id and result (pass, fail)",
     ["deployment", "result"],
     registry=REGISTRY,
 )

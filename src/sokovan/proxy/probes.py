@@ -71,10 +71,12 @@ class Prober:
         writer: ReportWriter,
         load_reports: LoadReports,
         concurrency: int = 64,
+        label: Callable[[str], str] = lambda deployment: "(unknown)",
     ) -> None:
         self._session = session
         self._writer = writer
         self._load_reports = load_reports
+        self._label = label  # a deployment's metrics label (its id) by name
         self._slots = asyncio.Semaphore(concurrency)
         self._targets: dict[uuid.UUID, ProbeTarget] = {}
         self._tasks: dict[uuid.UUID, asyncio.Task[None]] = {}
@@ -169,7 +171,9 @@ class Prober:
             counts.successes, counts.failures = 0, counts.failures + 1
             self.failing.add(target.endpoint)
         self.probes_run += 1
-        metrics.PROBES.labels(deployment=target.deployment, result="pass" if ok else "fail").inc()
+        metrics.PROBES.labels(
+            deployment=self._label(target.deployment), result="pass" if ok else "fail"
+        ).inc()
         self._writer.put(
             HealthReport(
                 route_id=target.route_id,

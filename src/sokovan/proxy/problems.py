@@ -7,5 +7,5 @@ from aiohttp import web
 from sokovan.common.problems import problem_response
 
 
-def problem(status: int, title: str, detail: str) -> web.Response:
-    return problem_response(status, title, detail)
+def problem(status: int, title: str, detail: str, headers: dict[str, str] | None = None) -> web.Response:
+    return problem_response(status, title, detail, headers=headers)

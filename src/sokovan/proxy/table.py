@@ -3,7 +3,10 @@
 The table is signed with the cluster secret; a value that does not verify (forged, unsigned, signed
 with another secret, or not a table) is ignored and the last good table stays in force. While Redis
 is unreachable the last table stays in force too: the proxy keeps forwarding, retries with backoff
-and picks the table up again when Redis returns.
+and picks the table up again when Redis returns. A table older (by `generated_at`) than the one in
+force is ignored, with one warning per such table: an old value put back (a replay, or a manager
+lagging behind) cannot roll routes, tokens or limits back. The same table read again is applied
+again (idempotent).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class TableFollower:
         self._poll_interval = poll_interval
         self._backoff = backoff or Backoff()
         self._ignored_logged = False
+        self._older_logged: float | None = None  # the older table last warned about
         self.last_generated_at: float | None = None
         self.reads = 0  # reads that reached Redis, whatever they found
 
@@ -57,6 +61,15 @@ class TableFollower:
                 self._ignored_logged = True
             return
         self._ignored_logged = False
+        if self.last_generated_at is not None and table.generated_at < self.last_generated_at:
+            if self._older_logged != table.generated_at:
+                log.warning(
+                    "proxy.table_older_ignored",
+                    generated_at=table.generated_at,
+                    kept=self.last_generated_at,
+                )
+                self._older_logged = table.generated_at
+            return
         changed = table.generated_at != self.last_generated_at
         await self._on_table(table)
         self.last_generated_at = table.generated_at
