@@ -8,7 +8,10 @@ BENCH_CYCLE (1: also time single cycles), BENCH_DEPLOYMENTS (200; 0 skips the de
 BENCH_REPLICAS (5 per deployment), BENCH_NODE_FAILURE (100 of the agents killed at once after the
 burst; 0 skips the node-failure phase), BENCH_CONTAINERS (1: also the container phase of
 scripts/bench/containers.py, create → RUNNING on a real engine, BENCH_CONTAINER_SESSIONS per
-round). Prints one JSON document and writes it to .dev/bench/result.json.
+round), BENCH_SERVING (1: also the serving phase of scripts/bench/serving.py, once per round
+after the round's cluster is stopped: the app proxy's throughput and added latency against calling
+a replica directly; BENCH_SERVING_CONCURRENCY, BENCH_SERVING_SECONDS). Prints one JSON document
+and writes it to .dev/bench/result.json.
 
 Each round: a steady run (and a light one), then (on the emptied cluster, with an app proxy) the
 deployments phase of scripts/bench/deployments.py, then the burst, then (with every burst session RUNNING) the
@@ -31,6 +34,8 @@ from scripts.bench.cycle import cycle_cost
 from scripts.bench.deployments import HEALTH, deployments_phase
 from scripts.bench.load import burst, hold_agents, milestones, steady, wait_until
 from scripts.bench.node_failure import RETRY_DEFAULT, TIMINGS, node_failure_phase
+from scripts.bench.serving import serving_phase
+from scripts.bench.serving import settings as serving_settings
 
 
 def env_int(name: str, default: int) -> int:
@@ -123,12 +128,18 @@ async def main() -> dict[str, Any]:
         "deployments": {"count": deployments[0], "replicas": deployments[1], "health_check": HEALTH},
         "node_failure": {"killed_agents": doomed, "timings": TIMINGS, "retry_default": RETRY_DEFAULT},
     }
-    rounds = [
-        await one_round(
-            agents, sessions, concurrency, rate, steady_s, workers, deployments, n, doomed, low_rate
+    serving = os.environ.get("BENCH_SERVING", "1") == "1"
+    if serving:
+        result["serving"] = serving_settings()
+    rounds = []
+    for n in range(repeat):
+        rounds.append(
+            await one_round(
+                agents, sessions, concurrency, rate, steady_s, workers, deployments, n, doomed, low_rate
+            )
         )
-        for n in range(repeat)
-    ]
+        if serving:  # needs no manager: after the round's cluster is gone
+            rounds[-1].update(await serving_phase(result["serving"]))
     result["median"] = {k: round(statistics.median(r[k] for r in rounds), 1) for k in rounds[0]}
     result["each_round"] = [{k: round(v, 1) for k, v in r.items()} for r in rounds]
     if os.environ.get("BENCH_CONTAINERS", "1") == "1":
