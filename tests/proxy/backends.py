@@ -17,7 +17,8 @@ def dead_endpoint() -> str:
 
 
 class Backend:
-    """A replica: `/health` (status and delay steerable), `/whoami`, `/echo/...`, `/stream`, `/broken`."""
+    """A replica: `/health` (status and delay steerable), `/whoami`, `/echo/...`, `/stream`, `/broken`,
+    `/broken-stream`."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -37,6 +38,7 @@ class Backend:
         app.router.add_get("/health", self._health)
         app.router.add_get("/stream", self._stream)
         app.router.add_get("/broken", self._broken)
+        app.router.add_get("/broken-stream", self._broken_stream)
         app.router.add_route("*", "/whoami", self._whoami)
         app.router.add_route("*", "/echo/{tail:.*}", self._echo)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
@@ -103,6 +105,18 @@ class Backend:
     async def _broken(self, request: web.Request) -> web.StreamResponse:
         """Promises 1000 bytes, sends 10, then drops the connection."""
         out = web.StreamResponse(headers={"Content-Length": "1000"})
+        await out.prepare(request)
+        await out.write(b"0123456789")
+        await asyncio.sleep(0.05)
+        assert request.transport is not None
+        request.transport.close()
+        return out
+
+
+    async def _broken_stream(self, request: web.Request) -> web.StreamResponse:
+        """A chunked answer (no length) that sends 10 bytes, then drops the connection."""
+        out = web.StreamResponse()
+        out.enable_chunked_encoding()
         await out.prepare(request)
         await out.write(b"0123456789")
         await asyncio.sleep(0.05)

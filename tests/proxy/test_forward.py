@@ -144,10 +144,16 @@ async def test_a_replica_breaking_off_mid_response_is_visible(
     serve: Serve, client: aiohttp.ClientSession
 ) -> None:
     proxy, _ = await serve("r1")
-    async with client.get(f"{proxy.url}/app/broken") as resp:
+    # Streamed (no length): the client gets the replica's status, then sees the truncation.
+    async with client.get(f"{proxy.url}/app/broken-stream") as resp:
         assert resp.status == 200
         with pytest.raises(aiohttp.ClientPayloadError):
             await resp.read()
+    # A small answer of known length is read whole before anything is sent: a replica that
+    # breaks it off is a 502.
+    async with client.get(f"{proxy.url}/app/broken") as resp:
+        assert resp.status == 502
+        assert resp.headers["Content-Type"].startswith("application/problem+json")
 
 
 async def test_a_replica_whose_own_probe_fails_is_skipped(

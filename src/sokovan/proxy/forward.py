@@ -43,6 +43,8 @@ from sokovan.proxy.timeouts import BODY_TIMED_OUT, body_chunks
 
 log = structlog.get_logger(__name__)
 
+# A response this small, of known length, is read whole and sent in one write.
+WHOLE_BODY = 64 * 1024
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 # What aiohttp would otherwise add on its own: the replica sees the client's headers, not ours.
 SKIP_AUTO_HEADERS = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type"})
@@ -196,6 +198,9 @@ class Forwarder:
     async def _relay(
         self, request: web.Request, upstream: aiohttp.ClientResponse, label: str, endpoint: str
     ) -> web.StreamResponse:
+        length = upstream.content_length
+        if length is not None and length <= WHOLE_BODY and request.method != "HEAD":
+            return await self._relay_whole(upstream, label, endpoint)
         out = web.StreamResponse(
             status=upstream.status,
             reason=upstream.reason,
@@ -231,3 +236,21 @@ class Forwarder:
                 upstream.close()
         metrics.REQUESTS.labels(deployment=label, outcome="forwarded").inc()
         return out
+
+    async def _relay_whole(
+        self, upstream: aiohttp.ClientResponse, label: str, endpoint: str
+    ) -> web.StreamResponse:
+        """A small response of known length: read whole, then sent with its headers in one write
+        (the streamed path costs a write for the headers and one per chunk)."""
+        try:
+            body = await upstream.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            upstream.close()
+            log.warning("proxy.replica_broke_off", deployment=label, endpoint=endpoint, error=repr(exc))
+            metrics.REQUESTS.labels(deployment=label, outcome="upstream_broken").inc()
+            return problem(502, "Bad gateway", f"the replica broke off its answer: {type(exc).__name__}")
+        upstream.release()
+        headers = downstream_response_headers(upstream.headers)
+        headers.popall("Content-Length", None)
+        metrics.REQUESTS.labels(deployment=label, outcome="forwarded").inc()
+        return web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=body)
