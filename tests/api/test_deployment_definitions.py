@@ -18,6 +18,7 @@ HEALTH_DEFAULTS = {
     "healthy_threshold": 2,
     "unhealthy_threshold": 3,
     "initial_delay": 0.0,
+    "eviction_grace": None,
 }
 
 

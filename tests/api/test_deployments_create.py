@@ -22,6 +22,7 @@ from tests.api.deployment_helpers import (
     created,
     set_status,
 )
+from tests.api.tenancy_helpers import place_kernels
 from tests.api.test_auth_and_errors import assert_problem
 
 COMMANDS = {
@@ -123,19 +124,50 @@ async def test_dry_run_every_type_writes_nothing(api: Api, kind: str) -> None:
     assert resp.status == 200, await resp.text()
     body = await resp.json()
     _, image, command = COMMANDS[kind]
-    assert set(body) == {"definition"}
+    assert set(body) == {"definition", "placeable", "pending_reason"}
+    assert (body["placeable"], body["pending_reason"]) == (True, None)
     assert body["definition"]["image"] == image and body["definition"]["command"] == command
     assert set(body["definition"]) == {"image", "command", "environ", "resources", "health_check"}
     assert body["definition"]["health_check"]["interval"] == 5.0
     assert await counts(api) == before
 
 
-async def test_dry_run_refuses_like_create(api: Api) -> None:
+async def test_dry_run_answers_what_create_would_refuse_as_not_placeable(api: Api) -> None:
+    before = await counts(api)
     resp = await api.client.post(
         "/v2/deployments", params={"dry_run": "true"}, json=_body("vllm"), headers=api.alice
     )
-    body = await assert_problem(resp, 422)  # no agent offers the vllm image
-    assert "vllm" in str(body["detail"])
+    assert resp.status == 200, await resp.text()  # no agent offers the vllm image (yet)
+    body = await resp.json()
+    assert body["placeable"] is False and "vllm" in body["pending_reason"]
+    assert body["definition"]["image"] == "vllm"
+    resp = await api.client.post(
+        "/v2/deployments",
+        params={"dry_run": "true"},
+        json=_body("custom", resources={"cpu": 64}),
+        headers=api.alice,
+    )
+    body = await resp.json()
+    assert resp.status == 200 and body["placeable"] is False and "cpu" in body["pending_reason"]
+    # a malformed request is still refused
+    for bad in ({"type": "vllm", "name": "x"}, {**_body("custom"), "replicas": -1}):
+        await assert_problem(
+            await api.client.post("/v2/deployments", params={"dry_run": "true"}, json=bad, headers=api.alice),
+            422,
+        )
+    assert await counts(api) == before
+    assert (await create(api, api.alice, type="vllm", model="m", image=None, command=None)).status == 422
+
+
+async def test_dry_run_reports_no_room_now(api: Api) -> None:
+    for agent in ("agent-1", "agent-2"):  # every agent is full for now
+        session = await (await api.create(api.bob, resources={"cpu": 4})).json()
+        await place_kernels(api.engine, session["id"], agent)
+    resp = await api.client.post(
+        "/v2/deployments", params={"dry_run": "true"}, json=_body("custom"), headers=api.alice
+    )
+    body = await resp.json()
+    assert resp.status == 200 and body["placeable"] is False and body["pending_reason"], body
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,10 @@ async def test_read_is_the_create_answer(api: Api) -> None:
     made = await created(api, api.alice)
     resp = await api.client.get(_path(made["id"]), headers=api.alice)
     assert resp.status == 200
+    token = made.pop("token")  # shown once, at creation
+    assert isinstance(token, str) and len(token) >= 32
     assert await resp.json() == made
+    assert token not in await resp.text()
 
 
 async def test_another_users_deployment_is_404_on_every_verb(api: Api) -> None:

@@ -129,7 +129,7 @@ async def test_create_wait_follows_to_ready(
     alice = await user_id(api, "alice")
     proc = await start_cli(
         "deployment", "create", "--name", "w1", "--image", "python:3", "--command", "serve $PORT",
-        "--replicas", "1", "--wait", "--timeout", "60", env=cli_env,
+        "--replicas", "1", "--public", "--wait", "--timeout", "60", env=cli_env,
     )  # fmt: skip
     try:
         assert "created" in await _line(proc)

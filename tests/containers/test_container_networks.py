@@ -49,6 +49,7 @@ async def serve(api: Client, name: str) -> dict[str, Any]:
         "command": SERVER,
         "resources": {"cpu": 0.5, "mem": "128m"},
         "health_check": HEALTH,
+        "open_to_public": True,  # this test is about networks, not the proxy's tokens
     }
     status, data = await api.request("POST", "/v2/deployments", body)
     assert status == 201, data

@@ -38,6 +38,7 @@ def test_routes_turn_healthy_live_and_scale_from_the_page(page: Page, serving: C
         "environ": {"SERVER": SERVER},
         "resources": {"cpu": 0.5, "mem": "64m"},
         "health_check": HEALTH,
+        "open_to_public": True,
     }
     page.go("#/deployments")
     did = rest(serving, serving.token, "POST", "/v2/deployments", body)["id"]

@@ -105,6 +105,8 @@ async def create(api: Client, name: str, replicas: int, **extra: Any) -> dict[st
         "environ": {"SERVER": SERVER},
         "resources": {"cpu": 0.5, "mem": "64m"},
         "health_check": HEALTH,
+        # open to anyone through the proxy unless a test is about the access token
+        "open_to_public": True,
         **extra,
     }
     status, data = await api.request("POST", "/v2/deployments", body)
@@ -180,7 +182,7 @@ def pid_of_kernel_server(kernel_id: str) -> int:
 async def test_three_replicas_serve_through_the_proxy_and_a_killed_server_is_replaced(
     api: Client, serving: Cluster
 ) -> None:
-    d = await create(api, "echo", 3)
+    d = await create(api, "echo", 3, open_to_public=False)
     healthy = await serving_healthy(api, d["id"], 3)
     proxy = proxy_of(serving)
     kernels = set()
@@ -188,7 +190,8 @@ async def test_three_replicas_serve_through_the_proxy_and_a_killed_server_is_rep
         session = await api.get(r["session_id"])
         kernels.add(session["kernels"][0]["id"])
     seen: set[str] = set()
-    async with aiohttp.ClientSession() as http:
+    # the deployment's access token, answered once at creation, on every request through the proxy
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {d['token']}"}) as http:
         for _ in range(30):
             async with http.get(f"{proxy.url}/echo/anything") as resp:
                 assert resp.status == 200

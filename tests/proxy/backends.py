@@ -112,7 +112,6 @@ class Backend:
         request.transport.close()
         return out
 
-
     async def _broken_stream(self, request: web.Request) -> web.StreamResponse:
         """A chunked answer (no length) that sends 10 bytes, then drops the connection."""
         out = web.StreamResponse()

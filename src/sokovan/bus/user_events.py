@@ -25,7 +25,7 @@ def user_events_channel(prefix: str) -> str:
 
 class UserEvent(BaseModel):
     """`name` is e.g. session.status, kernel.status, agent.status, deployment.status, route.status;
-    `from`/`to` are statuses."""
+    `from`/`to` are statuses (a `*.status` event's `from` is null for a first state)."""
 
     model_config = ConfigDict(populate_by_name=True)
 
@@ -44,7 +44,13 @@ class UserEvent(BaseModel):
     detail: dict[str, object] = Field(default_factory=dict)
 
     def wire(self) -> str:
-        return self.model_dump_json(by_alias=True, exclude_none=True)
+        """The event's JSON, without its null fields, except that a `*.status` event always
+        carries `from` (null for a first state). A string splice, not a second dump: this runs
+        for every transition."""
+        text = self.model_dump_json(by_alias=True, exclude_none=True)
+        if self.from_status is None and self.name.endswith(".status"):
+            return '{"from":null,' + text[1:]
+        return text
 
 
 async def publish(publisher: UserEventPublisher | None, events: Sequence[UserEvent]) -> None:

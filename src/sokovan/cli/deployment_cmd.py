@@ -1,7 +1,9 @@
-"""`sokovan deployment create/info/list/scale/destroy/routes/history`: a client of REST v2.
+"""`sokovan deployment create/info/list/scale/destroy/routes/history` (and, from
+`deployment_update_cmd`, `update/rollback/token/autoscale`): a client of REST v2.
 
 A deployment is named on the command line by its id or by its name (the live deployment of that
-name). `create --wait` follows it until every replica is HEALTHY (`deployment_follow`).
+name). `create --wait` follows it until every replica is HEALTHY (`deployment_follow`). `create`
+prints the deployment's access token once, unless `--public`.
 """
 
 from __future__ import annotations
@@ -12,34 +14,23 @@ from typing import Any
 
 import click
 
-from sokovan.cli.client import ApiClient
-from sokovan.cli.deployment_follow import FollowTimeout, deployment_path, describe, follow_deployment
+from sokovan.cli.deployment_follow import FollowTimeout, deployment_path, describe, follow_deployment, resolve
+from sokovan.cli.deployment_update_cmd import COMMANDS
 from sokovan.cli.session_cmd import _api_errors, _client, _dump, _pairs, _resources, api_options
 from sokovan.cli.units import BYTES_OPTION, slots_text
 
 TYPES = ("custom", "vllm", "tgi", "sglang")
 DEFAULT_TIMEOUT = 600.0
-
-
-def resolve(client: ApiClient, ref: str) -> str:
-    """A deployment id, or the id of the live deployment named `ref`."""
-    try:
-        return str(uuid.UUID(ref))
-    except ValueError:
-        pass
-    live = [
-        d
-        for d in client.paged("/v2/deployments", limit=500)
-        if d["name"] == ref and d["status"] != "DESTROYED"
-    ]
-    if not live:
-        raise click.ClickException(f"no live deployment named {ref!r}")
-    return str(live[0]["id"])
+__all__ = ["deployment", "resolve"]
 
 
 @click.group()
 def deployment() -> None:
-    """Create, scale and destroy deployments: N replicas of an HTTP service (REST v2 client)."""
+    """Create, update, scale and destroy deployments: N replicas of an HTTP service (REST v2 client)."""
+
+
+for _command in COMMANDS:
+    deployment.add_command(_command)
 
 
 def _health_check(
@@ -79,6 +70,7 @@ def _health_check(
     "--unhealthy-threshold", type=int, default=None, help="Failing probes to be UNHEALTHY (default 3)."
 )
 @click.option("--initial-delay", type=float, default=None, help="Seconds before the first probe (default 0).")
+@click.option("--public", is_flag=True, help="Open to anyone through the proxy: no access token.")
 @click.option("--dry-run", "dry_run", is_flag=True, help="Validate and show the generated definition only.")
 @click.option("--wait", is_flag=True, help="Follow it until READY with every replica HEALTHY.")
 @click.option(
@@ -102,6 +94,7 @@ def create(
     healthy_threshold: int | None,
     unhealthy_threshold: int | None,
     initial_delay: float | None,
+    public: bool,
     dry_run: bool,
     wait: bool,
     timeout: float,
@@ -113,7 +106,7 @@ def create(
     """Create a deployment (or, with --dry-run, only show what it would run)."""
     if dry_run and wait:
         raise click.UsageError("--dry-run and --wait cannot be combined")
-    body: dict[str, Any] = {"name": name, "type": kind}
+    body: dict[str, Any] = {"name": name, "type": kind, **({"open_to_public": True} if public else {})}
     optional: dict[str, Any] = {
         "replicas": replicas,
         "image": image,
@@ -144,8 +137,10 @@ def create(
                 _dump(made)
             else:
                 click.echo(f"deployment {made['id']} ({made['name']}) created: {made['status']}")
+                _print_token(made, err=False)
             return
         click.echo(f"deployment {made['id']} ({made['name']}) created", err=as_json)
+        _print_token(made, err=as_json)
         try:
             final = follow_deployment(client, made["id"], err=as_json, timeout=timeout)
         except FollowTimeout as exc:
@@ -153,6 +148,15 @@ def create(
     if as_json:
         _dump(final)
     sys.exit(0 if final["status"] == "READY" else 1)
+
+
+def _print_token(made: dict[str, Any], *, err: bool) -> None:
+    if made.get("token"):
+        click.echo(f"token: {made['token']}", err=err)
+        click.echo(
+            "(the token will not be shown again: keep it; `sokovan deployment token` makes a new one)",
+            err=err,
+        )
 
 
 def _print_definition(answer: dict[str, Any], as_json: bool) -> None:
@@ -198,6 +202,7 @@ def info(
         ("owner", d["owner"]),
         ("status", d["status"]),
         ("replicas", f"{d['ready_replicas']}/{d['replicas']} ready"),
+        *_revision_rows(d),
         ("pending reason", status_info.get("pending_reason")),
         ("message", status_info.get("message")),
         ("endpoint", d.get("endpoint") or "(no app proxy registered)"),
@@ -213,6 +218,32 @@ def info(
     for label, value in rows:
         if value not in (None, ""):
             click.echo(f"{label + ':':<16}{value}")
+
+
+def _revision_rows(d: dict[str, Any]) -> list[tuple[str, Any]]:
+    rollout = d.get("rollout")
+    moving = None
+    if rollout:
+        way = "rolling back to" if rollout.get("rolled_back") else "rolling out"
+        moving = (
+            f"{way} revision {rollout['to_revision']} from {rollout['from_revision']} "
+            f"({rollout['strategy'].get('type')}; rollback at {rollout.get('rollback_at')})"
+        )
+    a = d.get("autoscaling")
+    rules = None
+    if a:
+        zero = f", to zero after {a['scale_to_zero_after']:g}s" if a.get("scale_to_zero_after") else ""
+        rules = (
+            f"{a['metric']} target {a['target']:g}/replica, {a['min_replicas']}-{a['max_replicas']} "
+            f"replicas (cooldowns up {a['scale_up_cooldown']:g}s, down {a['scale_down_cooldown']:g}s{zero})"
+        )
+    return [
+        ("revision", d.get("revision")),
+        ("rollout", moving),
+        ("autoscaling", rules),
+        ("access", "open to the public" if d.get("open_to_public") else "token required"),
+        ("backoff until", d.get("backoff_until")),
+    ]
 
 
 @deployment.command(name="list")

@@ -1,6 +1,7 @@
-"""Following a deployment until all its replicas serve (`deployment create --wait`): the event
-stream first (`GET /v2/events?deployment_id=`), polling when there is none, every deployment and
-route transition printed once.
+"""Following a deployment until all its replicas serve (`deployment create --wait`), or an update
+settles (`deployment update|rollback --wait`): the event stream first (`GET
+/v2/events?deployment_id=`), polling when there is none, every deployment and route transition
+printed once.
 
 What is printed is the difference between what the follower last knew of the deployment and each
 of its routes and what it learns next, from an event or from re-reading the API: an event older
@@ -14,6 +15,8 @@ from __future__ import annotations
 import datetime as dt
 import time
 import urllib.parse
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +37,22 @@ def deployment_path(deployment_id: str) -> str:
     return "/v2/deployments/" + str(urllib.parse.quote(deployment_id, safe=""))
 
 
+def resolve(client: ApiClient, ref: str) -> str:
+    """A deployment id, or the id of the live deployment named `ref`."""
+    try:
+        return str(uuid.UUID(ref))
+    except ValueError:
+        pass
+    live = [
+        d
+        for d in client.paged("/v2/deployments", limit=500)
+        if d["name"] == ref and d["status"] != "DESTROYED"
+    ]
+    if not live:
+        raise click.ClickException(f"no live deployment named {ref!r}")
+    return str(live[0]["id"])
+
+
 class FollowTimeout(Exception):
     """The deployment did not get there in time; `current` is how it was last seen."""
 
@@ -48,15 +67,45 @@ def is_done(d: dict[str, Any]) -> bool:
     return bool(status == "DESTROYED" or (status == "READY" and ready == target))
 
 
+def update_settled(revision: int) -> Callable[[dict[str, Any]], bool]:
+    """Done following an update to `revision`: READY at it with every replica HEALTHY and no
+    rollout left, or it was rolled back (or replaced), or the deployment is DESTROYED."""
+
+    def done(d: dict[str, Any]) -> bool:
+        if d["status"] == "DESTROYED" or not at_revision(d, revision):
+            return True
+        return d["status"] == "READY" and not d.get("rollout") and d["ready_replicas"] == d["replicas"]
+
+    return done
+
+
+def at_revision(d: dict[str, Any], revision: int) -> bool:
+    """`d` runs (or is rolling out) `revision`, not a rollback from it."""
+    rollout = d.get("rollout") or {}
+    return d.get("revision") == revision and not rollout.get("rolled_back")
+
+
 def describe(d: dict[str, Any]) -> str:
     line = f"{d['status']}  {d['ready_replicas']}/{d['replicas']} replicas ready"
+    rollout = d.get("rollout")
+    if rollout:
+        way = "rolling back" if rollout.get("rolled_back") else "rolling out"
+        line += f"  (revision {rollout['to_revision']} {way} from {rollout['from_revision']})"
     reason = (d.get("status_info") or {}).get("pending_reason")
     return f"{line}  (waiting: {reason})" if reason else line
 
 
-def follow_deployment(client: ApiClient, deployment_id: str, *, err: bool, timeout: float) -> dict[str, Any]:
-    """Follow until `is_done` or `timeout` seconds (`FollowTimeout`), printing every transition."""
-    follower = _Follower(client, deployment_id, err=err)
+def follow_deployment(
+    client: ApiClient,
+    deployment_id: str,
+    *,
+    err: bool,
+    timeout: float,
+    until: Callable[[dict[str, Any]], bool] | None = None,
+) -> dict[str, Any]:
+    """Follow until `until` (default `is_done`) or `timeout` seconds (`FollowTimeout`), printing
+    every transition."""
+    follower = _Follower(client, deployment_id, err=err, until=until or is_done)
     deadline = time.monotonic() + timeout
     return run_follower(follower, lambda: follower.run(deadline), "deployment")
 
@@ -68,9 +117,12 @@ class _Known:
 
 
 class _Follower(StreamFollower):
-    def __init__(self, client: ApiClient, deployment_id: str, *, err: bool) -> None:
+    def __init__(
+        self, client: ApiClient, deployment_id: str, *, err: bool, until: Callable[[dict[str, Any]], bool]
+    ) -> None:
         super().__init__(client, err=err, deployment_id=deployment_id)
         self._id = deployment_id
+        self._until = until
         self._deployment: _Known | None = None
         self._routes: dict[str, _Known] = {}
         self._summary: str | None = None
@@ -83,7 +135,7 @@ class _Follower(StreamFollower):
         self._open()
         while True:
             current = self._resync()
-            if is_done(current):
+            if self._until(current):
                 return current
             if time.monotonic() >= deadline:
                 raise FollowTimeout(current)

@@ -23,6 +23,33 @@ class DeploymentDefinition(BaseModel):
     health_check: HealthCheck
 
 
+class RolloutOut(BaseModel):
+    """The update in progress (while DEPLOYING)."""
+
+    from_revision: int = Field(description="the last good revision: what a rollback restores")
+    to_revision: int
+    strategy: dict[str, Any] = Field(
+        description='{"type": "rolling", "max_surge": "1", "max_unavailable": "0"} or {"type": "blue_green"}'
+    )
+    rollback_after: float = Field(description="seconds the new revision may go without a HEALTHY replica")
+    started_at: dt.datetime | None
+    rollback_at: dt.datetime | None = Field(description="started_at + rollback_after")
+    rolled_back: bool = Field(description="true: this is the way back from a failed revision")
+
+
+class AutoscalingOut(BaseModel):
+    """The autoscaler's rules (seconds for the times)."""
+
+    metric: str = Field(description="inflight or rps")
+    target: float
+    min_replicas: int
+    max_replicas: int
+    scale_up_cooldown: float
+    scale_down_cooldown: float
+    scale_to_zero_after: float | None
+    activation_timeout: float
+
+
 class DeploymentOut(BaseModel):
     """A deployment. Timestamps are ISO 8601 UTC."""
 
@@ -45,6 +72,31 @@ class DeploymentOut(BaseModel):
     created_at: dt.datetime
     status_changed_at: dt.datetime
     destroyed_at: dt.datetime | None
+    revision: int = Field(description="1 at creation, one more per update")
+    rollout: RolloutOut | None = Field(description="the update in progress; null when none")
+    serving_revision: int | None = Field(
+        description="blue-green: the one revision the routing table serves until the switch; null: all"
+    )
+    autoscaling: AutoscalingOut | None = Field(description="null: replicas are set by hand")
+    open_to_public: bool = Field(description="true: the proxy takes requests without the access token")
+    backoff_until: dt.datetime | None = Field(description="replacement replicas wait until then")
+    drain_timeout: float = Field(description="seconds a replica taken out of service may finish requests")
+
+
+class DeploymentCreated(DeploymentOut):
+    """`POST /v2/deployments`' answer: the deployment, and its access token (shown only here)."""
+
+    token: str | None = Field(
+        default=None,
+        description="the deployment's access token (Authorization: Bearer through the proxy); "
+        "shown once; absent when open_to_public",
+    )
+
+
+class TokenOut(BaseModel):
+    """A deployment's new access token, shown once; the old one stops working within seconds."""
+
+    token: str
 
 
 class DeploymentList(BaseModel):
@@ -53,9 +105,14 @@ class DeploymentList(BaseModel):
 
 
 class DeploymentDryRunResponse(BaseModel):
-    """`POST /v2/deployments?dry_run=true`: what would be stored, after the same checks; written nowhere."""
+    """`POST /v2/deployments?dry_run=true`: what would be stored, after the same checks, and
+    whether one replica could be placed now; written nowhere."""
 
     definition: DeploymentDefinition
+    placeable: bool = Field(description="one replica could be placed on the cluster as it is now")
+    pending_reason: str | None = Field(
+        description="why not (no agent offers the image, a quota, no room now); null when placeable"
+    )
 
 
 class RouteHealth(BaseModel):
@@ -79,6 +136,7 @@ class RouteOut(BaseModel):
     created_at: dt.datetime
     status_changed_at: dt.datetime
     terminated_at: dt.datetime | None
+    revision: int = Field(description="the deployment revision its replica runs")
 
 
 class RouteList(BaseModel):

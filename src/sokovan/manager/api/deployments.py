@@ -1,5 +1,6 @@
-"""`/v2/deployments` and `/v2/routes`: create (or dry-run), read, list, scale and destroy
-deployments; list their routes; both histories.
+"""`/v2/deployments` and `/v2/routes`: create (or dry-run), read, list, update (scale,
+autoscaling, a new revision), roll back and destroy deployments, make a new access token; list
+their routes; both histories.
 
 Writes go through the `DeploymentController`; reads through `repositories.deployments_read`. A
 deployment's `endpoint` comes from the app proxies registered on Redis: a Redis that does not
@@ -29,6 +30,7 @@ from sokovan.manager.api.common import (
     read_page,
 )
 from sokovan.manager.api.deployment_schemas import (
+    DeploymentCreated,
     DeploymentDefinition,
     DeploymentDryRunResponse,
     DeploymentList,
@@ -37,10 +39,11 @@ from sokovan.manager.api.deployment_schemas import (
     HandlerRunList,
     RouteList,
     RouteOut,
+    TokenOut,
 )
 from sokovan.manager.api.openapi import Param, Route
 from sokovan.manager.api.problems import Problem, not_found, parse_body
-from sokovan.manager.controller.deployment_spec import DeploymentCreateRequest, DeploymentScaleRequest
+from sokovan.manager.controller.deployment_spec import DeploymentCreateRequest, DeploymentUpdateRequest
 from sokovan.manager.repositories import deployments_read
 from sokovan.manager.repositories.tenancy import Principal
 
@@ -86,12 +89,20 @@ async def create_deployment(request: web.Request) -> web.Response:
     spec = await parse_body(request, DeploymentCreateRequest)
     controller = request.app[DEPLOYMENTS_KEY]
     if dry_run:
-        definition = await controller.dry_run(principal, spec)
+        plan = await controller.dry_run(principal, spec)
         return json_response(
-            DeploymentDryRunResponse(definition=DeploymentDefinition.model_validate(definition))
+            DeploymentDryRunResponse(
+                definition=DeploymentDefinition.model_validate(plan.definition),
+                placeable=plan.placeable,
+                pending_reason=plan.pending_reason,
+            )
         )
-    deployment_id = await controller.create(principal, spec)
-    return json_response(await _deployment_or_404(request, deployment_id, principal), 201)
+    made = await controller.create(principal, spec)
+    view = await _deployment_or_404(request, made.id, principal)
+    answer = DeploymentCreated.model_validate({**dict(view), "token": made.token})
+    # The token is shown here only; an open deployment's answer has none.
+    text = answer.model_dump_json(exclude={"token"} if made.token is None else None)
+    return web.Response(status=201, text=text, content_type="application/json")
 
 
 async def get_deployment(request: web.Request) -> web.Response:
@@ -116,12 +127,25 @@ async def list_deployments(request: web.Request) -> web.Response:
     )
 
 
-async def scale_deployment(request: web.Request) -> web.Response:
+async def update_deployment(request: web.Request) -> web.Response:
     principal = principal_of(request)
     deployment_id = _id(request)
-    body = await parse_body(request, DeploymentScaleRequest)
-    await request.app[DEPLOYMENTS_KEY].scale(principal, deployment_id, body.replicas)
-    return json_response(await _deployment_or_404(request, deployment_id, principal))
+    body = await parse_body(request, DeploymentUpdateRequest)
+    done = await request.app[DEPLOYMENTS_KEY].update(principal, deployment_id, body)
+    status = 202 if done.revision is not None else 200
+    return json_response(await _deployment_or_404(request, deployment_id, principal), status)
+
+
+async def rollback_deployment(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    deployment_id = _id(request)
+    await request.app[DEPLOYMENTS_KEY].rollback(principal, deployment_id)
+    return json_response(await _deployment_or_404(request, deployment_id, principal), 202)
+
+
+async def new_token(request: web.Request) -> web.Response:
+    token = await request.app[DEPLOYMENTS_KEY].rotate_token(principal_of(request), _id(request))
+    return json_response(TokenOut(token=token))
 
 
 async def destroy_deployment(request: web.Request) -> web.Response:
@@ -186,9 +210,10 @@ ROUTES = [
         "POST",
         "/v2/deployments",
         create_deployment,
-        "Create a deployment (PENDING); with dry_run=true, run the same checks and answer the "
-        "definition its type's generator makes, writing nothing",
-        {201: DeploymentOut, 200: DeploymentDryRunResponse, 409: None},
+        "Create a deployment (PENDING) and answer its access token once (unless open_to_public); "
+        "with dry_run=true, run the same checks and answer the definition its type's generator "
+        "makes and whether a replica could be placed now, writing nothing",
+        {201: DeploymentCreated, 200: DeploymentDryRunResponse, 409: None},
         request=DeploymentCreateRequest,
         params=(
             Param(
@@ -222,10 +247,30 @@ ROUTES = [
     Route(
         "PATCH",
         "/v2/deployments/{id}",
-        scale_deployment,
-        "Scale: set the target number of replicas (409 once it is being destroyed)",
-        {200: DeploymentOut, 409: None},
-        request=DeploymentScaleRequest,
+        update_deployment,
+        "Update: replicas (409 while autoscaling is set), autoscaling, drain_timeout (200); a new "
+        "definition (image, model, command, environ, resources, health_check) starts a new revision "
+        "rolled out by strategy (202, DEPLOYING). 409 once it is being destroyed",
+        {200: DeploymentOut, 202: DeploymentOut, 409: None},
+        request=DeploymentUpdateRequest,
+        params=(DEPLOYMENT_ID,),
+    ),
+    Route(
+        "POST",
+        "/v2/deployments/{id}/rollback",
+        rollback_deployment,
+        "Roll back to the last good revision: the running update's, or (none running) a new "
+        "revision with the previous definition. 409 when there is nothing to roll back to",
+        {202: DeploymentOut, 409: None},
+        params=(DEPLOYMENT_ID,),
+    ),
+    Route(
+        "POST",
+        "/v2/deployments/{id}/token",
+        new_token,
+        "A new access token, shown once (the old one stops working within seconds); an "
+        "open_to_public deployment gets one and is closed",
+        {200: TokenOut, 409: None},
         params=(DEPLOYMENT_ID,),
     ),
     Route(

@@ -14,8 +14,11 @@ import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
+from sokovan.bus.routing import HealthCheck
 from sokovan.common.types import DeploymentType
-from sokovan.manager.controller.deployment_spec import DeploymentCreateRequest
+from sokovan.manager.controller.deployment_spec import DeploymentCreateRequest, DeploymentUpdateRequest
 
 
 class DefinitionError(ValueError):
@@ -61,13 +64,16 @@ def model_server(image: str, template: str) -> Generator:
     return generate
 
 
+# Each model type's server command line; `{model}` is the request's model, shell-quoted. Its
+# image is named like the type.
+TEMPLATES: Mapping[DeploymentType, str] = {
+    DeploymentType.VLLM: "vllm serve {model} --host 0.0.0.0 --port $PORT",
+    DeploymentType.TGI: "text-generation-launcher --model-id {model} --port $PORT",
+    DeploymentType.SGLANG: "python -m sglang.launch_server --model-path {model} --host 0.0.0.0 --port $PORT",
+}
 GENERATORS: Mapping[DeploymentType, Generator] = {
     DeploymentType.CUSTOM: _custom,
-    DeploymentType.VLLM: model_server("vllm", "vllm serve {model} --host 0.0.0.0 --port $PORT"),
-    DeploymentType.TGI: model_server("tgi", "text-generation-launcher --model-id {model} --port $PORT"),
-    DeploymentType.SGLANG: model_server(
-        "sglang", "python -m sglang.launch_server --model-path {model} --host 0.0.0.0 --port $PORT"
-    ),
+    **{kind: model_server(kind.value, template) for kind, template in TEMPLATES.items()},
 }
 
 
@@ -81,3 +87,50 @@ def generate(request: DeploymentCreateRequest) -> dict[str, Any]:
         "resources": request.per_replica_slots().to_json(),
         "health_check": request.health_check.model_dump(mode="json"),
     }
+
+
+def model_of(kind: str, command: str) -> str | None:
+    """The model a model type's generated `command` serves (None for custom, or for a command
+    that is not its type's template)."""
+    template = next((t for k, t in TEMPLATES.items() if k.value == kind), None)
+    if template is None:
+        return None
+    head, _, tail = template.partition("{model}")
+    if not (command.startswith(head) and command.endswith(tail)) or len(command) <= len(head) + len(tail):
+        return None
+    try:
+        words = shlex.split(command[len(head) : len(command) - len(tail)])
+    except ValueError:
+        return None
+    return words[0] if len(words) == 1 else None
+
+
+def updated_request(
+    name: str, kind: str, scaling_group: str, current: dict[str, Any], patch: DeploymentUpdateRequest
+) -> DeploymentCreateRequest:
+    """The create request whose definition is the current one with `patch`'s definition fields
+    over it (raises `DefinitionError`): the new revision is generated and admitted like a create."""
+    given = patch.model_fields_set
+    custom = kind == DeploymentType.CUSTOM.value
+    health = dict(current.get("health_check") or {})
+    if patch.health_check is not None:
+        health.update(patch.health_check.model_dump(include=patch.health_check.model_fields_set))
+    model = patch.model if "model" in given else (None if custom else model_of(kind, current["command"]))
+    if not custom and model is None and "model" not in given:
+        raise DefinitionError("model", "the current command is not the generated one: give the model")
+    try:
+        return DeploymentCreateRequest(
+            name=name,
+            type=DeploymentType(kind),
+            image=patch.image if "image" in given else current["image"],
+            command=patch.command if "command" in given else (current["command"] if custom else None),
+            model=model,
+            resources=patch.resources if "resources" in given else current["resources"],
+            environ=patch.environ if "environ" in given else current.get("environ") or {},
+            scaling_group=scaling_group,
+            health_check=HealthCheck.model_validate(health),
+        )
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(p) for p in error["loc"]) or "definition"
+        raise DefinitionError(field, error["msg"]) from None

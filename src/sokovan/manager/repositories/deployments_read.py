@@ -90,7 +90,30 @@ def _view(row: Any, proxy_url: str | None) -> dict[str, Any]:
         "created_at": row.created_at,
         "status_changed_at": row.status_changed_at,
         "destroyed_at": row.destroyed_at,
+        "revision": row.revision,
+        "rollout": rollout_view(row.rollout),
+        "serving_revision": row.serving_revision,
+        "autoscaling": row.autoscaling,
+        "open_to_public": row.open_to_public,
+        "backoff_until": row.backoff_until,
+        "drain_timeout": row.drain_timeout,
     }
+
+
+def rollout_view(rollout: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The update in progress as stored, with `rollback_at`: when it is rolled back by itself
+    unless a replica of the new revision is HEALTHY (`started_at` + `rollback_after`)."""
+    if not rollout:
+        return None
+    started = _stamp(rollout.get("started_at"))
+    after = rollout.get("rollback_after")
+    rollback_at = None
+    if started is not None and isinstance(after, int | float) and not isinstance(after, bool):
+        try:
+            rollback_at = started + dt.timedelta(seconds=after)
+        except OverflowError:
+            rollback_at = None
+    return {**rollout, "started_at": started, "rollback_at": rollback_at}
 
 
 async def get_deployment(
@@ -199,6 +222,7 @@ async def list_routes(
             "created_at": r.created_at,
             "status_changed_at": r.status_changed_at,
             "terminated_at": r.terminated_at,
+            "revision": r.revision,
         }
         for r in rows
     ]
