@@ -15,7 +15,6 @@ manager starts.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import tempfile
 import time
@@ -23,13 +22,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import aetcd
 import aiohttp
 import pytest
 
 from sokovan.common.settings import Settings
 from sokovan.harness import truncate_tables
 from tests.e2e.cluster import Client, Cluster
+from tests.e2e.test_deployments import FAST, _loops, deployment, eventually, routes
 
 # GET /health: 200 once HEALTH_AFTER seconds have passed since the server started, 500 while the
 # file named by FAIL_FILE exists; GET /work?ms=N answers after N ms with the VERSION it runs.
@@ -65,7 +64,6 @@ HEALTH = {
     "healthy_threshold": 2,
     "unhealthy_threshold": 2,
 }
-FAST = {"long_cycle_interval": 0.3}
 
 
 @pytest.fixture(scope="module")
@@ -86,18 +84,6 @@ def serving(
     finally:
         c.stop()
         asyncio.run(_loops(settings, None))
-
-
-async def _loops(settings: Settings, value: dict[str, float] | None) -> None:
-    etcd = aetcd.Client(host=settings.etcd_host, port=settings.etcd_port)
-    key = f"{settings.etcd_prefix}/config/manager/loops".encode()
-    try:
-        if value is None:
-            await etcd.delete(key)
-        else:
-            await etcd.put(key, json.dumps(value).encode())
-    finally:
-        await etcd.close()
 
 
 @pytest.fixture
@@ -131,33 +117,10 @@ async def create(
     return data  # type: ignore[no-any-return]
 
 
-async def deployment(api: Client, did: str) -> dict[str, Any]:
-    status, data = await api.request("GET", f"/v2/deployments/{did}")
-    assert status == 200, data
-    return data  # type: ignore[no-any-return]
-
-
-async def routes(api: Client, did: str) -> list[dict[str, Any]]:
-    status, data = await api.request("GET", f"/v2/deployments/{did}/routes?limit=500")
-    assert status == 200, data
-    return data["items"]  # type: ignore[no-any-return]
-
-
 async def history(api: Client, path: str) -> list[dict[str, Any]]:
     status, data = await api.request("GET", f"{path}/history?limit=500")
     assert status == 200, data
     return data["items"]  # type: ignore[no-any-return]
-
-
-async def eventually(check: Any, what: str, within: float = 60) -> Any:
-    deadline = asyncio.get_running_loop().time() + within
-    last: Any = None
-    while asyncio.get_running_loop().time() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{what}: not within {within} s (last: {last})")
 
 
 async def ready(

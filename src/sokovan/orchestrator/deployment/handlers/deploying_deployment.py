@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -74,7 +75,7 @@ class DeployingDeployment(DeploymentHandler):
         surplus: list[tuple[RouteRow, str]] = []
         for d, step in steps:
             if step.done:
-                await self._finish(d)
+                await self._set(d, rollout=None, serving_revision=None)
                 result.info[d.id] = {
                     "scaled_to": d.replicas,
                     "revision": d.revision,
@@ -83,7 +84,7 @@ class DeployingDeployment(DeploymentHandler):
                 judge_health(d, result, healthy(d.live_routes))
                 continue
             if step.switch:
-                await self._switch(d)
+                await self._set(d, serving_revision=d.revision)  # one routing-table change
             surplus += step.remove
             may = allowed.get(d.id)
             count = step.add if may is None or may.allowed is None else min(step.add, may.allowed)
@@ -95,7 +96,9 @@ class DeployingDeployment(DeploymentHandler):
         await add_routes(self._engine, self._events, self.name, missing, E.DEPLOYING)
         return result
 
-    async def _finish(self, d: DeploymentRow) -> None:
+    async def _set(self, d: DeploymentRow, **values: Any) -> None:
+        """Write `values` on the deployment, only while it is still DEPLOYING at the revision read
+        (a newer update or a rollback meanwhile wins)."""
         async with self._engine.begin() as conn:
             await conn.execute(
                 update(Deployment)
@@ -104,19 +107,7 @@ class DeployingDeployment(DeploymentHandler):
                     Deployment.revision == d.revision,
                     Deployment.status == E.DEPLOYING.value,
                 )
-                .values(rollout=None, serving_revision=None)
-            )
-
-    async def _switch(self, d: DeploymentRow) -> None:
-        async with self._engine.begin() as conn:
-            await conn.execute(
-                update(Deployment)
-                .where(
-                    Deployment.id == d.id,
-                    Deployment.revision == d.revision,
-                    Deployment.status == E.DEPLOYING.value,
-                )
-                .values(serving_revision=d.revision)
+                .values(**values)
             )
 
     async def _roll_back(self, d: DeploymentRow) -> None:
