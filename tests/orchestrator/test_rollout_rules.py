@@ -136,6 +136,8 @@ def test_blue_green_adds_a_whole_set_and_switches_once_it_is_all_healthy() -> No
     ready = [route(2, R.HEALTHY, 10 + i) for i in range(3)]
     switch = plan(deployment([*old, *ready], 3, {"type": "blue_green"}))
     assert switch.switch and sorted(r.revision for r, _ in switch.remove) == [1, 1, 1]
+    draining = [dataclasses.replace(r, status=R.TERMINATING) for r in old]
+    assert not plan(deployment([*ready, *draining], 3, {"type": "blue_green"})).done  # still draining
     assert plan(deployment(ready, 3, {"type": "blue_green"})).done
 
 

@@ -53,7 +53,13 @@ def plan(d: DeploymentRow) -> Step:
         progress=f"revision {d.revision}: {len(h_new)} of {desired} HEALTHY; {len(old)} old route(s) left"
     )
     if not old and len(new) == desired:
-        step.done = True
+        # The new revision serves alone only once no old route is left even draining: until then
+        # a proxy may still hold a table with it.
+        leaving = [r for r in d.routes if r.revision != d.revision and r.status not in RouteStatus.live()]
+        if leaving:
+            step.progress += f"; {len(leaving)} old route(s) draining"
+        else:
+            step.done = True
         return step
     if len(new) > desired:  # the target went down meanwhile: the newest surplus goes
         extra = sorted(new, key=lambda r: (r.status == RouteStatus.HEALTHY, -r.created_at.timestamp()))

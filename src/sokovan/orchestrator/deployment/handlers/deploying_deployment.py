@@ -4,8 +4,8 @@ Each cycle adds the routes of the new revision the strategy allows (as many as t
 backoff lets through), takes old ones out of service (they are drained: out of the routing table
 first, their sessions ended once the proxies have nothing in flight on them), and for blue-green
 switches the routing table to the new revision in one change. When the new revision serves alone,
-at the target, the rollout is cleared and the deployment is READY (every replica HEALTHY) or
-DEGRADED (fewer).
+at the target, and no old route is left even draining, the rollout is cleared and the deployment
+is READY (every replica HEALTHY) or DEGRADED (fewer).
 
 A revision with no HEALTHY replica `rollback_after` seconds after its rollout started is rolled back
 by itself (`rollouts.roll_back`): the previous revision becomes current again and the same steps
