@@ -29,7 +29,10 @@ async def test_occupied_slots_and_running_kernels_are_derived(api: Api) -> None:
     assert body["available_slots"] == {"cpu": "4", "mem": "8589934592"}
     assert (body["status"], body["scaling_group"], body["schedulable"]) == ("READY", "default", True)
     assert body["images"] == ["python:3", "shell"]
-    assert (body["heartbeat_seq"], body["last_heartbeat_at"], body["rpc_addr"]) == (0, None, "127.0.0.1:1")
+    # a user is not shown where an agent serves RPC; an admin is
+    assert (body["heartbeat_seq"], body["last_heartbeat_at"], body["rpc_addr"]) == (0, None, None)
+    admin_view = await (await api.client.get("/v2/agents/agent-1", headers=api.admin)).json()
+    assert admin_view["rpc_addr"] == "127.0.0.1:1"
     other = await (await api.client.get("/v2/agents/agent-2", headers=api.alice)).json()
     assert (other["occupied_slots"], other["running_kernels"]) == ({}, 0)
 

@@ -23,7 +23,7 @@ from sokovan.manager.api import events as events_api
 from sokovan.manager.context import ManagerContext
 from tests.api.conftest import Api, user_id
 from tests.api.test_auth_and_errors import assert_problem
-from tests.api.test_events import next_event, subscribers, wait_no_subscribers
+from tests.api.test_events import next_event, stream, subscribers, wait_no_subscribers
 from tests.fault.outage_proxy import OutageProxy, target_of, via
 
 
@@ -131,3 +131,49 @@ async def test_a_lost_subscription_ends_streams_and_comes_back(
             await hub.close()
         await redis.aclose()
         proxy.close()
+
+
+async def test_a_burst_for_others_ends_only_the_slow_listener(
+    api: Api, ctx: ManagerContext, publisher: UserEventPublisher
+) -> None:
+    """2,000 events of bob's sessions (one placement cycle moving many sessions): alice's listener,
+    whose filter matches none of them, queues none and stays; a listener that sees everything and
+    never reads is ended alone. Then alice's stream (over the API, on the app's own hub) still
+    gets her next event."""
+    alice, bob = await user_id(api, "alice"), await user_id(api, "bob")
+    hub = UserEventHub(ctx.redis, ctx.settings.etcd_prefix)
+    mine = await hub.open(lambda e: e.owner == alice)
+    slow = await hub.open()
+    try:
+        async with stream(api, api.alice) as resp:
+            burst = [
+                UserEvent(name="session.status", session_id=str(uuid.uuid4()), owner=bob) for _ in range(2000)
+            ]
+            await publisher.publish_many(burst)
+            for _ in range(200):
+                if slow.ended is not None:
+                    break
+                await asyncio.sleep(0.05)
+            assert slow.ended == "slow"
+            assert mine.ended is None and mine.queue.empty()
+            assert hub.listeners == 1
+            own = UserEvent(name="session.status", session_id=str(uuid.uuid4()), owner=alice)
+            await publisher.publish_many([own])
+            got = await asyncio.wait_for(mine.queue.get(), 10)
+            assert got is not None and got.session_id == own.session_id
+            name, data = await next_event(resp)
+            assert (name, data["session_id"]) == ("session.status", own.session_id)
+    finally:
+        await hub.close()
+
+
+async def test_closed_streams_free_their_places_at_once(api: Api) -> None:
+    """Open as many streams as a keypair may, close them all, and open as many again at once: no
+    429 (a stream whose client has gone holds no place, even before its handler notices)."""
+    limit = events_api.STREAMS_PER_KEYPAIR
+    for _ in range(3):
+        opened = [await _open(api.client, api.alice) for _ in range(limit)]
+        statuses = [r.status for r in opened]
+        for resp in opened:
+            resp.close()
+        assert statuses == [200] * limit

@@ -20,9 +20,13 @@ from sokovan.common.types import EndpointLifecycle, KernelStatus, RouteStatus, S
 from sokovan.config.cluster import ClusterConfig, EtcdConfigWatcher
 from sokovan.db.models import (
     AuditLog,
+    Deployment,
+    DeploymentHistory,
+    DeploymentRevision,
     Kernel,
     KernelSchedulingHistory,
     Route,
+    RouteHistory,
     Session,
     SessionDependency,
     SessionSchedulingHistory,
@@ -247,3 +251,49 @@ async def test_runs_are_spaced_unless_a_run_left_more_behind(engine: AsyncEngine
     assert (await retention.maybe_run() or Counter())["session"] == 0  # found nothing: spaced now
     await ended_session(seed, "old-3", 40)
     assert await retention.maybe_run() is None  # not due for an hour
+
+
+async def test_old_destroyed_deployments_go_with_routes_history_and_revisions(engine: AsyncEngine) -> None:
+    """A deployment DESTROYED before the cutoff goes (its environ may hold secrets), with its routes,
+    their history, its revisions and its history; a recent or live one stays, and so does one a
+    session still names (it goes once that session has gone)."""
+    seed = await Seed(engine).tenancy()
+    now = dt.datetime.now(dt.UTC)
+    old = await seed.deployment(EndpointLifecycle.DESTROYED)
+    named_by_session = await seed.deployment(EndpointLifecycle.DESTROYED)
+    recent = await seed.deployment(EndpointLifecycle.DESTROYED)
+    live = await seed.deployment(EndpointLifecycle.READY)
+    recent_session = await ended_session(seed, "replica-recent", 1)
+    async with engine.begin() as conn:
+        for did, days in ((old, 40), (named_by_session, 40), (recent, 1), (live, 40)):
+            await conn.execute(
+                update(Deployment)
+                .where(Deployment.id == did)
+                .values(
+                    destroyed_at=None if did == live else now - dt.timedelta(days=days),
+                    created_at=now - dt.timedelta(days=days + 1),
+                    definition={"image": "python:3", "environ": {"API_TOKEN": "s3cr3t"}},
+                )
+            )
+            await conn.execute(
+                insert(DeploymentRevision).values(
+                    deployment_id=did, revision=1, definition={}, health_check={}
+                )
+            )
+            await conn.execute(
+                insert(DeploymentHistory).values(deployment_id=did, handler="h", result="success")
+            )
+            route = uuid.uuid4()
+            await conn.execute(
+                insert(Route).values(id=route, deployment_id=did, status=RouteStatus.TERMINATED.value)
+            )
+            await conn.execute(insert(RouteHistory).values(route_id=route, handler="h", result="success"))
+        await conn.execute(
+            update(Session).where(Session.id == recent_session).values(deployment_id=named_by_session)
+        )
+    removed, more = await Retention(engine, lambda: 30.0).run()
+    assert (removed["deployment"], more) == (1, False)
+    kept = set(await read_column(engine, select(Deployment.id)))
+    assert kept == {named_by_session, recent, live}
+    for table in (Route, DeploymentRevision, DeploymentHistory, RouteHistory):
+        assert await rows(engine, table) == 3, table

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import tempfile
 import time
 import uuid
 from collections.abc import Coroutine
@@ -42,11 +41,13 @@ from sokovan.agent.isolation import Isolation, IsolationOptions
 from sokovan.agent.kernel_uids import KernelUids
 from sokovan.agent.outbox import MAX_PENDING
 from sokovan.agent.process_backend import ProcessBackend
+from sokovan.agent.rpc_guard import FLOOR_FILE
 from sokovan.agent.rpc_server import RPCServer, single_agent
 from sokovan.agent.runtime import AgentLink, AgentStartError
 from sokovan.agent.service_ports import service_host
 from sokovan.agent.signals import run_until
 from sokovan.agent.state_file import StateFile, default_path
+from sokovan.agent.work_dir import default_work_dir, ensure_work_dir
 from sokovan.common.events import AgentHeartbeat, AgentStopping
 from sokovan.common.lifecycle import Service
 from sokovan.common.rpc import (
@@ -80,7 +81,7 @@ class AgentConfig:
     rpc_host: str = "127.0.0.1"
     rpc_port: int = 6011
     catalog: ImageCatalog = field(default_factory=ImageCatalog)
-    work_dir: Path | None = None  # default: $TMPDIR/sokovan-agent-<id>
+    work_dir: Path | None = None  # default: `work_dir.default_work_dir` (never under /tmp)
     kill_grace: float = 5.0
     heartbeat_interval: float | None = None  # None: the cluster's, from etcd (10 s without it)
     max_kernels: int | None = None
@@ -96,7 +97,7 @@ class AgentConfig:
     service_host: str | None = None  # where inference ports are published (default: from rpc_host)
 
     def resolved_work_dir(self) -> Path:
-        return self.work_dir or Path(tempfile.gettempdir()) / f"sokovan-agent-{self.agent_id}"
+        return self.work_dir or default_work_dir(self.agent_id)
 
     def resolved_state_file(self) -> Path:
         return self.state_file or default_path(self.resolved_work_dir())
@@ -130,7 +131,13 @@ class AgentDaemon(Service):
         self._engine: aiodocker.Docker | None = None
         self._calls: set[asyncio.Task[None]] = set()
         self.interval = HeartbeatInterval(settings, config.heartbeat_interval)
-        self._rpc = RPCServer(single_agent(self), self._link.secret, config.rpc_host, config.rpc_port)
+        self._rpc = RPCServer(
+            single_agent(self),
+            self._link.secret,
+            config.rpc_host,
+            config.rpc_port,
+            floor_file=self.work_dir / FLOOR_FILE,
+        )
         self._seq = 0
         self._stopping = asyncio.Event()
         self._started = False
@@ -166,6 +173,7 @@ class AgentDaemon(Service):
         log.info("agent.engine", engine=url)
 
     async def start(self) -> None:
+        ensure_work_dir(self.work_dir)  # before anything is written there or read from it
         await self._pick_backend()
         try:
             await self._link.open(

@@ -37,6 +37,7 @@ from sokovan.agent.hollow_state import HollowKernelRecord, HollowStateFile, Stat
 from sokovan.agent.images import ImageCatalog
 from sokovan.agent.outbox import MAX_PENDING, EventOutbox
 from sokovan.agent.pause_file import PauseFile
+from sokovan.agent.rpc_guard import FLOOR_FILE, MAX_READS
 from sokovan.agent.rpc_server import RPCServer
 from sokovan.agent.runtime import AgentLink
 from sokovan.agent.signals import run_until
@@ -151,6 +152,11 @@ class HollowFleet(Service):
             config.rpc_host,
             config.rpc_port,
             extra_routes=self.services.add_routes,
+            # A fleet's kernels outlive it with its state file: so does its RPC's floor (rpc_guard).
+            floor_file=config.state_file.with_name(f"{config.state_file.name}.{FLOOR_FILE}")
+            if config.state_file
+            else None,
+            max_reads=max(MAX_READS, config.count),  # one address serves all its agents' calls
         )
         self._stopping = asyncio.Event()
         self._heartbeats: asyncio.Task[None] | None = None

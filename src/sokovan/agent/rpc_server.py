@@ -2,7 +2,9 @@
 
 The signature is checked before anything else: an unsigned, wrongly signed or stale request is
 answered 401 and nothing runs; so is a replay, a request whose nonce this process accepted
-already within the skew window (counted in `sokovan_rpc_replays_refused_total`). The signature
+already within the skew window (counted in `sokovan_rpc_replays_refused_total`), or one signed
+before the agent restarted (`rpc_guard`). What the headers can tell is checked before the body is
+read, and the bodies read before their signature is checked are bounded (`rpc_guard`). The signature
 covers the HTTP method and the path (see `common.rpc`), so a request signed for one method is
 refused on another. Then the request is routed by its `X-Sokovan-Agent` header (part
 of the signed payload) to one of the agents this address serves: a real agent takes requests
@@ -16,9 +18,11 @@ A hollow fleet also serves its inference kernels' endpoints on this port (`extra
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
@@ -26,6 +30,7 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from sokovan.agent.answers import Answer, answering
+from sokovan.agent.rpc_guard import MAX_READS, READ_TIMEOUT, UNAUTHENTICATED, NonceFloor, refusal
 from sokovan.common.metrics import RPC_REPLAYS_REFUSED
 from sokovan.common.rpc import (
     AGENT_HEADER,
@@ -82,8 +87,12 @@ def single_agent(handlers: AgentRPCHandlers) -> Route:
     return route
 
 
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
+def _error(status: int, message: str, *, close: bool = False) -> web.Response:
+    """`close`: the body was not read, so the connection is closed rather than drained."""
+    response = web.json_response({"error": message}, status=status)
+    if close:
+        response.force_close()
+    return response
 
 
 async def _ping(handlers: AgentRPCHandlers, body: bytes) -> dict[str, Any]:
@@ -143,7 +152,10 @@ class RPCServer:
     `route` maps the X-Sokovan-Agent header to the agent that serves the request (see
     `single_agent`); the daemon passes its own, a hollow fleet a lookup in its agents.
     `extra_routes` adds unsigned routes outside `/rpc/` (a hollow fleet's kernel endpoints).
-    `max_body` is the largest body read (else 413); `nonces` where accepted nonces are kept.
+    `max_body` is the largest body read (else 413); `nonces` where accepted nonces are kept;
+    `floor_file` where the newest accepted signed time is kept across restarts (None: nowhere);
+    `max_reads` how many bodies are read at once before their signature is checked (more: 503),
+    each within `read_timeout` seconds (else 408); see `rpc_guard`.
     """
 
     def __init__(
@@ -156,6 +168,9 @@ class RPCServer:
         *,
         max_body: int = MAX_BODY,
         nonces: NonceStore = PROCESS_NONCES,
+        floor_file: Path | None = None,
+        max_reads: int = MAX_READS,
+        read_timeout: float = READ_TIMEOUT,
     ) -> None:
         self._route = route
         self._extra_routes = extra_routes
@@ -164,10 +179,15 @@ class RPCServer:
         self._port = port
         self._max_body = max_body
         self._nonces = nonces
+        self._floor_file = floor_file
+        self._floor = NonceFloor(None, time.time())
+        self._reads = asyncio.Semaphore(max_reads)
+        self._read_timeout = read_timeout
         self._runner: web.AppRunner | None = None
         self.bound_port: int | None = None
 
     async def start(self) -> None:
+        self._floor = NonceFloor(self._floor_file, time.time())
         app = web.Application(client_max_size=self._max_body)
         app.router.add_post("/rpc/{method}", self._dispatch)
         if self._extra_routes is not None:
@@ -200,20 +220,44 @@ class RPCServer:
             host = f"[{host}]"
         return f"{host}:{self.bound_port}"
 
+    async def _read(self, request: web.Request) -> bytes | web.Response:
+        """The body, read within the bounds of `rpc_guard`; or the answer refusing it."""
+        if self._reads.locked():
+            log.warning("rpc.too_many_reads", peer=request.remote)
+            return _error(503, "too many requests being read at once: try again", close=True)
+        async with self._reads:
+            try:
+                async with asyncio.timeout(self._read_timeout):
+                    return await request.read()
+            except TimeoutError:
+                log.warning("rpc.read_timeout", peer=request.remote)
+                return _error(408, f"request body not sent within {self._read_timeout:g} s", close=True)
+            except web.HTTPRequestEntityTooLarge:
+                return _error(413, f"request body over {self._max_body} bytes", close=True)
+
     async def _dispatch(self, request: web.Request) -> web.Response:
-        body = await request.read()
         method_name = request.match_info["method"]
+        refused = refusal(
+            request.headers, request.content_length, self._max_body, time.time(), self._floor.floor
+        )
+        if refused is not None:
+            log.warning("rpc.refused_unread", method=method_name, status=refused[0], peer=request.remote)
+            return _error(*refused, close=True)
+        body = await self._read(request)
+        if isinstance(body, web.Response):
+            return body
         now = time.time()
         signed = check_signature(
             self._secret, body, request.headers, http_method=request.method, path=request.path, now=now
         )
         if signed is None:
             log.warning("rpc.unauthenticated", method=method_name, peer=request.remote)
-            return _error(401, "missing, invalid or expired cluster-secret signature")
+            return _error(401, UNAUTHENTICATED)
         if not self._nonces.add(signed.nonce, signed.timestamp, now):
             RPC_REPLAYS_REFUSED.inc()
             log.warning("rpc.replayed", method=method_name, nonce=signed.nonce, peer=request.remote)
             return _error(401, "replayed request: its nonce was seen already")
+        self._floor.accepted(signed.timestamp)
         agent_id = request.headers.get(AGENT_HEADER) or ""
         handlers = self._route(agent_id)
         if handlers is None:

@@ -9,16 +9,23 @@ process that reused its number), its inference port and service address, its dir
 OOM-kill count from when it started.
 
 A missing file is an agent's first start; an unreadable or malformed one is logged and treated as
-empty (the kernels it named cannot be found again; the manager reconciles them as lost).
+empty (the kernels it named cannot be found again; the manager reconciles them as lost). So is one
+that is not the agent's own (a symlink, not a regular file, owned by another uid, or writable by
+group or others): a root agent would otherwise kill the pids and chown to the uids it names. The
+file is written with mode 0600.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from pathlib import Path
 
 import structlog
 from pydantic import BaseModel, ValidationError
+
+from sokovan.agent.work_dir import own_problem
 
 log = structlog.get_logger(__name__)
 
@@ -60,11 +67,13 @@ class StateFile:
     def load(self) -> list[KernelRecord]:
         """The kernels the file names; [] when there is no file or it cannot be used."""
         try:
-            raw = self.path.read_bytes()
+            raw = self._read_own()
         except FileNotFoundError:
             return []
         except OSError as exc:
             log.warning("agent.state_unreadable", path=str(self.path), error=str(exc))
+            return []
+        if raw is None:
             return []
         try:
             state = AgentState.model_validate_json(raw)
@@ -76,13 +85,28 @@ class StateFile:
             return []
         return state.kernels
 
+    def _read_own(self) -> bytes | None:
+        """The file's bytes; None (with a warning) when it is not the agent's own to trust."""
+        # O_NOFOLLOW: not a symlink's target; O_NONBLOCK: a FIFO planted there does not hang us.
+        fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            problem = own_problem(info) if stat.S_ISREG(info.st_mode) else "not a regular file"
+            if problem is not None:
+                log.warning("agent.state_untrusted", path=str(self.path), problem=problem)
+                return None
+            return f.read()
+
     def save(self, kernels: list[KernelRecord]) -> None:
         """Replace the file with `kernels`; a failure is logged (the kernels keep running)."""
         data = AgentState(agent_id=self.agent_id, kernels=kernels).model_dump_json(indent=1)
         temporary = self.path.with_name(f".{self.path.name}.tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(temporary, "w") as f:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)  # a fresh file of the agent's own, never one found there
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            with os.fdopen(os.open(temporary, flags, 0o600), "w") as f:
                 f.write(data)
             os.replace(temporary, self.path)
         except OSError as exc:

@@ -1,20 +1,23 @@
 """One Redis subscription per manager to the user events, fanned out to every open event stream.
 
-`UserEventHub.open()` adds a listener with a bounded queue of its own; the hub's reader (one
-pub/sub connection, started with the first listener and ended with the last) parses each event
-once and puts it on every listener's queue. A listener whose queue is full (its client reads
-slower than events come) is ended rather than let memory grow: its queue gets the end marker
-(`None`) and it leaves the hub. When the subscription is lost (Redis went away), every listener is
-ended the same way, since the events published meanwhile are lost to it (its client reconnects and
-reads the current state from the REST API); the reader reconnects with backoff while listeners
-remain, and `open()` waits for the subscription to be confirmed, so a listener that was opened
-misses nothing published afterwards.
+`UserEventHub.open(accept)` adds a listener with a bounded queue of its own and a filter
+(`accept`: what its stream may and wants to send); the hub's reader (one pub/sub connection,
+started with the first listener and ended with the last) parses each event once and puts it on the
+queue of every listener that accepts it, so a listener queues only what it will send and a burst
+of other users' events fills no one's queue. A listener whose queue is full (its client reads
+slower than its events come) is ended alone rather than let memory grow: its queue gets the end
+marker (`None`) and it leaves the hub; the others go on. When the subscription is lost (Redis went
+away), every listener is ended the same way, since the events published meanwhile are lost to it
+(its client reconnects and reads the current state from the REST API); the reader reconnects with
+backoff while listeners remain, and `open()` waits for the subscription to be confirmed, so a
+listener that was opened misses nothing published afterwards.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -36,11 +39,20 @@ class HubUnavailable(Exception):
     """The subscription could not be confirmed in time (Redis is away)."""
 
 
-class Listener:
-    """One event stream's view of the hub: its queue of events, `None` when it has been ended."""
+Accept = Callable[[UserEvent], bool]
 
-    def __init__(self, size: int) -> None:
+
+def _everything(event: UserEvent) -> bool:
+    return True
+
+
+class Listener:
+    """One event stream's view of the hub: its queue of the events it accepts, `None` when it has
+    been ended."""
+
+    def __init__(self, size: int, accept: Accept = _everything) -> None:
         self.queue: asyncio.Queue[UserEvent | None] = asyncio.Queue(size)
+        self.accept = accept
         self.ended: str | None = None  # why the hub ended it: "slow", "lost" or "closed"
         self.live = False  # handed out by `open()`: it has seen the subscription confirmed
 
@@ -53,7 +65,14 @@ class Listener:
         self.queue.put_nowait(None)
 
     def offer(self, event: UserEvent) -> bool:
-        """Queue `event`; False (and the listener ended) when its queue is full."""
+        """Queue `event` if this listener accepts it; False (and the listener ended) when its
+        queue is full."""
+        try:
+            if not self.accept(event):
+                return True
+        except Exception as exc:  # a filter that cannot read the event does not send it
+            log.warning("user_event_hub.filter_failed", error=repr(exc))
+            return True
         try:
             self.queue.put_nowait(event)
         except asyncio.QueueFull:
@@ -75,10 +94,10 @@ class UserEventHub:
     def listeners(self) -> int:
         return len(self._listeners)
 
-    async def open(self) -> Listener:
-        """A new listener, once the hub's subscription is confirmed; `HubUnavailable` after
-        `SUBSCRIBE_TIMEOUT` seconds without it."""
-        listener = Listener(self._queue_size)
+    async def open(self, accept: Accept = _everything) -> Listener:
+        """A new listener of the events `accept` takes, once the hub's subscription is confirmed;
+        `HubUnavailable` after `SUBSCRIBE_TIMEOUT` seconds without it."""
+        listener = Listener(self._queue_size, accept)
         self._listeners.add(listener)
         if self._reader is None or self._reader.done():
             self._ready.clear()

@@ -87,7 +87,12 @@ async def _serve(settings: Settings, config: AgentConfig | HollowConfig) -> None
 @click.option("--rpc-host", default=None, help="RPC bind address (default: 127.0.0.1).")
 @click.option("--rpc-port", type=int, default=None, help="RPC port (default: 6011; 0 picks a free one).")
 @click.option("--images", default=None, help="Image catalog file (TOML or JSON).")
-@click.option("--work-dir", default=None, help="Kernel directories (default: $TMPDIR/sokovan-agent-<id>).")
+@click.option(
+    "--work-dir",
+    default=None,
+    help="Kernel directories, the agent's own and private (default: /var/lib/sokovan/agent-<id> as root, "
+    "else ~/.local/state/sokovan/agent-<id>).",
+)
 @click.option("--kill-grace", type=float, default=None, help="Seconds between SIGTERM and SIGKILL (5).")
 @click.option(
     "--heartbeat-interval",

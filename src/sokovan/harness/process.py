@@ -70,7 +70,7 @@ def reachable(path: Path) -> Path:
     right for others to traverse it (not to list it): an agent running as root starts kernels
     under their sessions' uids, and they must reach their directories by absolute path (pytest's
     temporary directories are 0700)."""
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)  # the agent refuses a group-writable one
     for directory in [path, *path.parents]:
         info = directory.stat()
         if info.st_uid == os.geteuid() and not info.st_mode & 0o001:

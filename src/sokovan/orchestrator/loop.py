@@ -30,6 +30,7 @@ import structlog
 from sokovan.common.metrics import CYCLE_SECONDS
 from sokovan.common.outages import is_outage
 from sokovan.common.supervise import describe
+from sokovan.common.task_group import run_together
 
 log = structlog.get_logger(__name__)
 
@@ -72,7 +73,9 @@ class CoordinatorLoop:
         self._hint.set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        await asyncio.gather(self._short(stop), self._long(stop))
+        await run_together(
+            [(f"{self.name}.short", self._short(stop)), (f"{self.name}.long", self._long(stop))]
+        )
 
     async def _short(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

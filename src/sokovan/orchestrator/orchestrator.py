@@ -23,6 +23,7 @@ from sokovan.bus.hints import Hint, parse_demand
 from sokovan.bus.routing import RoutingBus
 from sokovan.bus.user_events import UserEventPublisher
 from sokovan.common.rpc import AgentRPCClient
+from sokovan.common.task_group import run_together
 from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.deployment.coordinator import DeploymentCoordinator
 from sokovan.orchestrator.deployment.handler import DeploymentHandler
@@ -369,7 +370,12 @@ class SokovanOrchestrator:
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
-            await asyncio.gather(*(loop.run(stop) for loops in self.loops.values() for loop in loops))
+            # One group: a loop that raises ends the others too, so a restart starts one set.
+            await run_together(
+                (f"orchestrator.{loop.name}", loop.run(stop))
+                for loops in self.loops.values()
+                for loop in loops
+            )
         finally:
             with contextlib.suppress(Exception):
                 await self.lock.release_all()

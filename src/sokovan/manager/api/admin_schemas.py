@@ -313,7 +313,7 @@ class AgentOut(BaseModel):
         default_factory=list, description="the registries it may pull from (none for process agents)"
     )
     backend: str = Field(default="process", description="how it runs kernels: container, process or hollow")
-    rpc_addr: str
+    rpc_addr: str | None = Field(description="where it serves RPC; null for a caller that is not an admin")
 
 
 class AgentList(BaseModel):

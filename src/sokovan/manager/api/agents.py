@@ -29,6 +29,7 @@ from sokovan.manager.api.auth import CTX_KEY, principal_of, require_admin
 from sokovan.manager.api.common import PAGING, found, json_response, query_csv, read_page
 from sokovan.manager.api.openapi import Param, Route
 from sokovan.manager.api.problems import Problem, not_found, parse_body
+from sokovan.manager.api.redact import shown_info
 from sokovan.manager.controller.node_controller import NodeController, NodeRequest
 from sokovan.manager.controller.node_rules import AgentStateConflict, NodeAction
 from sokovan.manager.repositories import agents_read
@@ -43,8 +44,18 @@ def setup(app: web.Application) -> None:
     app[NODES_KEY] = NodeController(app[CTX_KEY])
 
 
+def _shown(agent: AgentOut, principal: Principal) -> AgentOut:
+    """The agent as `principal` may see it: a user is not shown its RPC address, nor what its
+    status_info says of addresses and other keypairs (`redact`)."""
+    if principal.is_admin:
+        return agent
+    return agent.model_copy(
+        update={"rpc_addr": None, "status_info": shown_info(agent.status_info, principal)}
+    )
+
+
 async def list_agents(request: web.Request) -> web.Response:
-    principal_of(request)
+    principal = principal_of(request)
     statuses = [s.upper() for s in query_csv(request, "status")]
     bad = [s for s in statuses if s not in AgentStatus.__members__]
     if bad:
@@ -54,7 +65,8 @@ async def list_agents(request: web.Request) -> web.Response:
         items, cursor = await read_page(
             request, lambda limit, after: agents_read.list_agents(conn, flt, limit, after)
         )
-    return json_response(AgentList(items=[AgentOut.model_validate(i) for i in items], next_cursor=cursor))
+    shown = [_shown(AgentOut.model_validate(i), principal) for i in items]
+    return json_response(AgentList(items=shown, next_cursor=cursor))
 
 
 async def _view(request: web.Request, agent_id: str) -> AgentOut:
@@ -64,8 +76,8 @@ async def _view(request: web.Request, agent_id: str) -> AgentOut:
 
 
 async def get_agent(request: web.Request) -> web.Response:
-    principal_of(request)
-    return json_response(await _view(request, request.match_info["id"]))
+    principal = principal_of(request)
+    return json_response(_shown(await _view(request, request.match_info["id"]), principal))
 
 
 async def agent_history(request: web.Request) -> web.Response:

@@ -13,7 +13,9 @@ reads the current state from the REST API.
 
 Limits: `STREAMS_PER_KEYPAIR` open streams per keypair and `Settings.max_event_streams`
 (SOKOVAN_MAX_EVENT_STREAMS, 2,000) per manager; past either, 429 problem+json. A stream that ends
-frees its place at once.
+frees its place at once, and so does one whose client has gone (its connection was lost), even
+before its handler notices. The limits are counted per manager process: with `--workers N`, each
+worker process counts (and subscribes for) its own streams.
 """
 
 from __future__ import annotations
@@ -22,8 +24,7 @@ import asyncio
 import time
 import uuid
 import weakref
-from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -56,27 +57,44 @@ HUB_KEY = web.AppKey("event_hub", UserEventHub)
 
 
 class StreamLimits:
-    """Open streams per keypair and in all, against their limits."""
+    """Open streams per keypair and in all, against their limits.
+
+    A stream whose client has gone (`alive()` false: its connection was lost) holds no place, even
+    before its handler notices and ends (it looks every LIVENESS_INTERVAL): a client that closes
+    its streams and opens as many again at once is not refused. The counts are this process's: with
+    `sokovan manager --workers N`, each worker process counts its own streams (each keeps its own
+    subscription to the events too).
+    """
 
     def __init__(self, per_keypair: int, total: int) -> None:
         self.per_keypair = per_keypair
         self.total = total
-        self.open: Counter[str] = Counter()
+        self._held: dict[str, dict[int, Callable[[], bool]]] = {}
+        self._next = 0
+
+    def count(self, access_key: str | None = None) -> int:
+        """The streams held whose client is still there (of `access_key`, or in all)."""
+        keys = list(self._held) if access_key is None else [access_key]
+        return sum(1 for k in keys for alive in self._held.get(k, {}).values() if alive())
 
     @contextmanager
-    def hold(self, access_key: str) -> Iterator[None]:
-        """A place for one stream of `access_key` while the block runs; 429 when there is none."""
-        if self.open[access_key] >= self.per_keypair:
+    def hold(self, access_key: str, alive: Callable[[], bool] = lambda: True) -> Iterator[None]:
+        """A place for one stream of `access_key` while the block runs (and `alive()` holds); 429
+        when there is none."""
+        if self.count(access_key) >= self.per_keypair:
             raise _too_many(f"at most {self.per_keypair} event streams may be open per keypair")
-        if sum(self.open.values()) >= self.total:
+        if self.count() >= self.total:
             raise _too_many(f"this manager serves at most {self.total} event streams")
-        self.open[access_key] += 1
+        self._next += 1
+        slot = self._next
+        self._held.setdefault(access_key, {})[slot] = alive
         try:
             yield
         finally:
-            self.open[access_key] -= 1
-            if self.open[access_key] <= 0:
-                del self.open[access_key]
+            mine = self._held.get(access_key, {})
+            mine.pop(slot, None)
+            if not mine:
+                self._held.pop(access_key, None)
 
 
 LIMITS_KEY = web.AppKey("event_stream_limits", StreamLimits)
@@ -163,7 +181,7 @@ def _client_gone(request: web.Request) -> bool:
 async def stream_events(request: web.Request) -> web.StreamResponse:
     principal = principal_of(request)
     flt = await _event_filter(request, principal)
-    with request.app[LIMITS_KEY].hold(principal.access_key):
+    with request.app[LIMITS_KEY].hold(principal.access_key, lambda: not _client_gone(request)):
         return await _stream(request, principal, flt)
 
 
@@ -174,7 +192,7 @@ async def _stream(request: web.Request, principal: Principal, flt: EventFilter) 
         request.app[STREAMS_KEY].add(task)
     hub = request.app[HUB_KEY]
     try:
-        listener = await hub.open()
+        listener = await hub.open(lambda event: visible(event, principal, flt))
     except HubUnavailable as exc:
         raise Problem(
             503,
@@ -219,8 +237,8 @@ async def _pump(
                 if event is None:  # the hub ended this stream
                     await response.write(f": stream ended ({listener.ended})\n\n".encode())
                     return
-                if visible(event, principal, flt):
-                    await response.write(f"event: {event.name}\ndata: {event.wire()}\n\n".encode())
+                # the hub queued only what `visible` accepts
+                await response.write(f"event: {event.name}\ndata: {event.wire()}\n\n".encode())
             if time.monotonic() >= next_keepalive:
                 await response.write(b": keep-alive\n\n")
                 next_keepalive = time.monotonic() + KEEPALIVE_INTERVAL

@@ -28,6 +28,7 @@ DEFAULT_TAIL = 64 * 1024  # bytes per stream per kernel
 MAX_TAIL = 1024 * 1024
 TOTAL_CAP = 8 * 1024 * 1024  # bytes of output in one answer, all kernels and streams together
 FETCH_CONCURRENCY = 8
+LOGS_UNAVAILABLE = "the kernel's agent could not be reached for its logs; try again later"
 
 
 def stream_budget(tail: int, kernels: int) -> int:
@@ -76,8 +77,15 @@ async def session_logs(request: web.Request) -> web.Response:
             try:
                 got = await ctx.rpc.logs(rpc_addr, str(kernel_id), agent_id)
             except Exception as exc:  # an unreachable agent costs its kernel's logs, not the request
-                log.warning("could not fetch kernel logs", kernel_id=str(kernel_id), error=repr(exc))
-                return KernelLogs(kernel_id=kernel_id, stdout="", stderr="", error=str(exc) or repr(exc))
+                # The RPC error names internal addresses: logged here, a generic message answered.
+                log.warning(
+                    "could not fetch kernel logs",
+                    kernel_id=str(kernel_id),
+                    agent_id=agent_id,
+                    rpc_addr=rpc_addr,
+                    error=repr(exc),
+                )
+                return KernelLogs(kernel_id=kernel_id, stdout="", stderr="", error=LOGS_UNAVAILABLE)
             return KernelLogs(
                 kernel_id=kernel_id, stdout=clip(got.stdout, budget), stderr=clip(got.stderr, budget)
             )

@@ -25,6 +25,7 @@ from sokovan.manager.api.common import (
 )
 from sokovan.manager.api.openapi import Param, Route
 from sokovan.manager.api.problems import Problem, not_found, parse_body
+from sokovan.manager.api.redact import shown_info
 from sokovan.manager.api.schemas import (
     DryRunResponse,
     HistoryItem,
@@ -61,7 +62,14 @@ class AttemptList(BaseModel):
 async def _session_or_404(request: web.Request, session_id: uuid.UUID, principal: Principal) -> SessionOut:
     async with request.app[CTX_KEY].engine.connect() as conn:
         view = await sessions_read.get_session(conn, session_id, principal)
-    return found(SessionOut, view, "session", session_id)
+    return _shown(found(SessionOut, view, "session", session_id), principal)
+
+
+def _shown(session: SessionOut, principal: Principal) -> SessionOut:
+    """The session as `principal` may see it (`redact`: no agent addresses, no other access key)."""
+    if principal.is_admin:
+        return session
+    return session.model_copy(update={"status_info": shown_info(session.status_info, principal)})
 
 
 async def create_session(request: web.Request) -> web.Response:
@@ -80,7 +88,7 @@ async def create_session(request: web.Request) -> web.Response:
         )
     outcome = await request.app[CONTROLLER_KEY].create_session(principal, spec)
     if outcome.view is not None:  # what this request wrote: no need to read it back
-        return json_response(SessionOut.model_validate(outcome.view), 201)
+        return json_response(_shown(SessionOut.model_validate(outcome.view), principal), 201)
     return json_response(await _session_or_404(request, outcome.session_id, principal), 200)
 
 
@@ -107,7 +115,8 @@ async def list_sessions(request: web.Request) -> web.Response:
         items, cursor = await read_page(
             request, lambda limit, after: sessions_read.list_sessions(conn, principal, flt, limit, after)
         )
-    return json_response(SessionList(items=[SessionOut.model_validate(i) for i in items], next_cursor=cursor))
+    shown = [_shown(SessionOut.model_validate(i), principal) for i in items]
+    return json_response(SessionList(items=shown, next_cursor=cursor))
 
 
 async def terminate_session(request: web.Request) -> web.Response:

@@ -103,6 +103,8 @@ async def page_by_time(
 def after_time(cursor: str) -> tuple[dt.datetime, uuid.UUID]:
     """The creation time and id of the last item of the previous page of a list by creation time."""
     after = decode_cursor(cursor)
+    if not isinstance(after.get("t"), str) or not isinstance(after.get("id"), str):
+        raise ValueError("malformed cursor")
     try:
         at = dt.datetime.fromisoformat(after["t"])
         if at.tzinfo is None:

@@ -10,6 +10,10 @@ A session is kept, however old, while something still needs it:
 - a retry the engine scheduled for it and has not created yet.
 Terminal routes of removed sessions go with them (with their history).
 
+DESTROYED deployments whose `destroyed_at` is older than the cutoff (their definition's environ
+may hold secrets) go too, with their routes, the routes' history, their revisions and their
+history (the foreign keys cascade), once no session names them any more (those go first, above).
+
 Runs from the maintenance lane, at most every `every` seconds (and again at once while a run
 found more than its cap), counts what it removed in `sokovan_retention_removed_total{kind}` and
 logs one line per run.
@@ -27,7 +31,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from sokovan.common.metrics import RETENTION_REMOVED
-from sokovan.common.types import RouteStatus, SessionStatus
+from sokovan.common.types import EndpointLifecycle, RouteStatus, SessionStatus
 
 log = structlog.get_logger(__name__)
 
@@ -80,8 +84,20 @@ _REMOVE: tuple[tuple[str, str], ...] = (
     ("route", "DELETE FROM routes WHERE session_id = ANY(CAST(:ids AS uuid[]))"),
     ("session", "DELETE FROM sessions WHERE id = ANY(CAST(:ids AS uuid[]))"),
 )
+# The oldest removable destroyed deployments; their routes, revisions and history cascade.
+_REMOVE_DEPLOYMENTS = text(
+    """
+    DELETE FROM deployments WHERE id IN (
+      SELECT d.id FROM deployments d
+      WHERE d.status = :destroyed AND d.destroyed_at < :cutoff
+        AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.deployment_id = d.id)
+      ORDER BY d.destroyed_at
+      LIMIT :batch
+      FOR UPDATE OF d SKIP LOCKED)
+    """
+)
 # What the counter and the log call removed rows (a cleared retry link is not a removal).
-REMOVED_KINDS = tuple(kind for kind, _ in _REMOVE if kind != "parent_link")
+REMOVED_KINDS = (*(kind for kind, _ in _REMOVE if kind != "parent_link"), "deployment")
 
 
 class Retention:
@@ -121,7 +137,7 @@ class Retention:
                 got = await self._remove_batch(conn, cutoff)
             removed.update(got)
             batches += 1
-            if got["session"] < self._batch:
+            if got["session"] < self._batch and got["deployment"] < self._batch:
                 break
             if batches >= self._max_batches:
                 more = True
@@ -146,9 +162,13 @@ class Retention:
         )
         ids = [str(r.id) for r in picked]
         out: Counter[str] = Counter()
-        if not ids:
-            return out
-        for kind, statement in _REMOVE:
-            result = await conn.execute(text(statement), {"ids": ids})
-            out[kind] = int(result.rowcount or 0)
+        if ids:
+            for kind, statement in _REMOVE:
+                result = await conn.execute(text(statement), {"ids": ids})
+                out[kind] = int(result.rowcount or 0)
+        gone = await conn.execute(
+            _REMOVE_DEPLOYMENTS,
+            {"destroyed": EndpointLifecycle.DESTROYED.value, "cutoff": cutoff, "batch": self._batch},
+        )
+        out["deployment"] = int(gone.rowcount or 0)
         return out
