@@ -10,6 +10,7 @@ is one transaction on the locked deployment row, with its history and audit rows
 
 from __future__ import annotations
 
+import abc
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -50,16 +51,18 @@ class Updated:
     changed: bool
 
 
-class DeploymentUpdates:
+class DeploymentUpdates(abc.ABC):
     """Mixed into `DeploymentController`, which provides the context, the event publisher, the
     hint and the admission of a definition."""
 
     _ctx: ManagerContext
     _events: UserEventPublisher
 
+    @abc.abstractmethod
     async def _hint(self, *hints: Hint) -> None:
-        raise NotImplementedError
+        """Wake the coordinators named (a lost hint costs one long cycle, never the request)."""
 
+    @abc.abstractmethod
     async def _admit_definition(
         self,
         conn: AsyncConnection,
@@ -67,7 +70,7 @@ class DeploymentUpdates:
         request: DeploymentCreateRequest,
         definition: dict[str, Any],
     ) -> None:
-        raise NotImplementedError
+        """Refuse a definition that could never run, as a create would."""
 
     async def update(
         self, principal: Principal, deployment_id: uuid.UUID, patch: DeploymentUpdateRequest
