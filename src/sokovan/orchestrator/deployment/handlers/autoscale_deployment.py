@@ -113,16 +113,17 @@ class AutoscaleDeployment(DeploymentHandler):
         decision = decide(d, rules, measured, now.timestamp())
         idle = None if (measured.inflight or measured.waiting or measured.rps) else now.timestamp()
         known_idle = d.status_info.get("idle_since")
-        async with self._engine.begin() as conn:
-            if decision is None:
-                if (idle is None) != (known_idle is None):  # the idle clock starts or stops
-                    keep = known_idle if idle is not None and known_idle is not None else idle
+        if decision is None:
+            # Nothing decided: a write only when the idle clock starts or stops (most cycles none).
+            if (idle is None) != (known_idle is None):
+                async with self._engine.begin() as conn:
                     await conn.execute(
                         update(Deployment)
                         .where(Deployment.id == d.id)
-                        .values(status_info=_merged({"idle_since": keep}))
+                        .values(status_info=_merged({"idle_since": idle}))
                     )
-                return
+            return
+        async with self._engine.begin() as conn:
             moved = await conn.execute(
                 update(Deployment)
                 .where(
