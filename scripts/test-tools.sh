@@ -5,6 +5,7 @@
 #   podman + runc               the container engine of the container backend and its tests
 #   docker-registry             the local registry the default images are pushed to (tests/images)
 #   busybox-static, python3     what `sokovan images build` puts in the default images
+#   iproute2 + nftables         the partition tests' network namespaces and drop rules (tests/partition)
 # On a host where systemd runs, Debian's prometheus package also starts a Prometheus service;
 # `systemctl disable --now prometheus` stops it (the tests need only promtool). scripts/services.py
 # starts the engine and the registry themselves (make services), and installs them too when it runs
@@ -24,6 +25,8 @@ have runc || engine_packages+=(runc) # crun, podman's other runtime, refuses cgr
 have docker-registry || have registry || engine_packages+=(docker-registry)
 have busybox || [ -x /usr/bin/busybox ] || packages+=(busybox-static)
 [ -x /usr/bin/python3 ] || packages+=(python3)
+have ip || packages+=(iproute2)
+have nft || packages+=(nftables)
 if [ ${#packages[@]} -eq 0 ] && [ ${#engine_packages[@]} -eq 0 ]; then
 	exit 0
 fi
@@ -41,7 +44,7 @@ if [ "$(id -u)" -ne 0 ]; then
 		exit 1
 	fi
 fi
-echo "installing ${all[*]} (for the console's browser tests, promtool and the container tests)"
+echo "installing ${all[*]} (for the console's browser tests, promtool, the container and partition tests)"
 export DEBIAN_FRONTEND=noninteractive
 install() {
 	if [ ${#packages[@]} -gt 0 ]; then
@@ -56,4 +59,5 @@ if ! install; then
 	install
 fi
 have chromium && have chromedriver && have promtool && have podman && have runc &&
-	{ have docker-registry || have registry; } && { have busybox || [ -x /usr/bin/busybox ]; }
+	{ have docker-registry || have registry; } && { have busybox || [ -x /usr/bin/busybox ]; } &&
+	have ip && have nft

@@ -3,8 +3,10 @@ service can be taken away from them without touching the machine's shared one.
 
 `cut()` closes every live connection through it (the daemons see the peer reset) and stops
 listening (new connections are refused), as a stopped service would; `restore()` listens on the
-same port again. The forwarder runs its own event loop in a thread, so it keeps forwarding while
-the test's loop is busy or blocked.
+same port again. `blackhole()` is the other kind of outage, a drop rule rather than a refusal: every
+connection, live or new, stays open but nothing passes either way (what is sent is held, as TCP holds
+what it cannot deliver), until `restore()` lets it all through again, in order. The forwarder runs
+its own event loop in a thread, so it keeps forwarding while the test's loop is busy or blocked.
 """
 
 from __future__ import annotations
@@ -22,20 +24,22 @@ CHUNK = 65536
 
 
 class OutageProxy:
-    """Forwards 127.0.0.1:`port` to `target` (host, port) until `cut()`; `restore()` resumes."""
+    """Forwards `host`:`port` to `target` (host, port) until `cut()`; `restore()` resumes."""
 
-    def __init__(self, target: tuple[str, int]) -> None:
+    def __init__(self, target: tuple[str, int], host: str = "127.0.0.1") -> None:
         self.target = target
-        self.port = _free_port()
+        self.host = host
+        self.port = _free_port(host)
         self.cuts = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"outage-proxy-{self.port}")
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._passing: asyncio.Event | None = None  # made on the proxy's own loop
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self) -> OutageProxy:
         self._thread.start()
@@ -47,12 +51,34 @@ class OutageProxy:
         self.cuts += 1
         self._call(self._cut())
 
+    def blackhole(self) -> None:
+        """Nothing passes either way, on live connections and new ones, and nothing is refused."""
+        self.cuts += 1
+        self._call(self._hold())
+
     def restore(self) -> None:
-        """Accept connections again (on the same port)."""
+        """Accept connections again (on the same port) and let through what was held."""
         self._call(self._listen())
+
+    async def _cancel_the_rest(self) -> None:
+        """The connections' own tasks, so that none is left pending when the loop closes."""
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+
+    async def _hold(self) -> None:
+        self._gate().clear()
+
+    def _gate(self) -> asyncio.Event:
+        if self._passing is None:
+            self._passing = asyncio.Event()
+            self._passing.set()
+        return self._passing
 
     def close(self) -> None:
         self._call(self._cut())
+        self._call(self._cancel_the_rest())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
@@ -61,9 +87,10 @@ class OutageProxy:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)
 
     async def _listen(self) -> None:
+        self._gate().set()
         if self._server is None:
             self._server = await asyncio.start_server(
-                self._accept, "127.0.0.1", self.port, reuse_address=True
+                self._accept, self.host, self.port, reuse_address=True
             )
 
     async def _cut(self) -> None:
@@ -78,6 +105,7 @@ class OutageProxy:
                 await asyncio.wait_for(server.wait_closed(), 2)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        gate = self._gate()
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
         except OSError:
@@ -89,16 +117,17 @@ class OutageProxy:
             return
         self._writers |= {writer, up_writer}
         try:
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+            await asyncio.gather(_pipe(reader, up_writer, gate), _pipe(up_reader, writer, gate))
         finally:
             for w in (writer, up_writer):
                 self._writers.discard(w)
                 _abort(w)
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: asyncio.Event) -> None:
     try:
         while data := await reader.read(CHUNK):
+            await gate.wait()  # a blackhole holds what was read until restore()
             writer.write(data)
             await writer.drain()
     except (OSError, asyncio.IncompleteReadError):
@@ -114,9 +143,9 @@ def _abort(writer: asyncio.StreamWriter) -> None:
         transport.abort()
 
 
-def _free_port() -> int:
+def _free_port(host: str) -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         port: int = s.getsockname()[1]
         return port
 

@@ -34,6 +34,7 @@ import structlog
 
 from sokovan.agent.backends import ContainerConfig, KernelBackend, container_backend, open_engine
 from sokovan.agent.container.engine_client import close_client
+from sokovan.agent.fence import Fence
 from sokovan.agent.health import DEFAULT_MIN_FREE_DISK, check_health
 from sokovan.agent.heartbeat_timing import HeartbeatInterval
 from sokovan.agent.images import ImageCatalog
@@ -138,6 +139,13 @@ class AgentDaemon(Service):
             config.rpc_port,
             floor_file=self.work_dir / FLOOR_FILE,
         )
+        self.fence = Fence(
+            config.agent_class,
+            self.interval.timings,
+            lambda: self._outbox.last_heartbeat_at,
+            lambda: self.backend.running_kernels(),
+            self._stop_kernels,
+        )
         self._seq = 0
         self._stopping = asyncio.Event()
         self._started = False
@@ -196,6 +204,7 @@ class AgentDaemon(Service):
         self._link.spawn(self.interval.follow(), name="agent-heartbeat-interval")
         self._link.spawn(self._heartbeat_loop(), name="agent-heartbeat")
         self._link.spawn(self._housekeeping_loop(), name="agent-housekeeping")
+        self._link.spawn(self.fence.run(self._stopping), name="agent-fence")
         log.info(
             "agent.started",
             agent_id=self.agent_id,
@@ -292,6 +301,10 @@ class AgentDaemon(Service):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self.config.housekeeping_interval)
 
+    async def _stop_kernels(self, kernel_ids: list[str]) -> None:
+        """What the fence stops: SIGTERM, the kill grace, SIGKILL, as a terminate does."""
+        await asyncio.gather(*(self.backend.destroy(k) for k in kernel_ids), return_exceptions=True)
+
     # RPC handlers (see rpc_server.AgentRPCHandlers)
 
     async def _within_answer(self, calls: list[Coroutine[Any, Any, None]]) -> None:
@@ -314,6 +327,8 @@ class AgentDaemon(Service):
         return AcceptedResponse(accepted=[spec.kernel_id for spec in request.kernels])
 
     async def create_kernels(self, request: CreateKernelsRequest) -> AcceptedResponse:
+        for spec in request.kernels:
+            self.fence.started(spec.kernel_id)
         if isinstance(self.backend, ProcessBackend):
             for spec in request.kernels:
                 await self.backend.create(spec)

@@ -15,7 +15,7 @@ import aetcd
 import structlog
 
 from sokovan.common.settings import Settings
-from sokovan.config.cluster import ClusterConfig, EtcdConfigWatcher
+from sokovan.config.cluster import ClusterConfig, EtcdConfigWatcher, NodeLifecycleSettings
 
 log = structlog.get_logger(__name__)
 
@@ -40,11 +40,14 @@ class HeartbeatInterval:
     def source(self) -> str:
         return "option" if self.fixed is not None else "etcd"
 
+    def timings(self) -> NodeLifecycleSettings:
+        """The cluster's node-lifecycle timings as last read (the defaults until etcd answers): the
+        agent's fence keeps the manager's clock with them (`fence`)."""
+        return self._cluster.node_lifecycle
+
     async def follow(self) -> None:
-        """Read the cluster's interval and follow its changes until cancelled (nothing to do with
-        a fixed interval). Run it as a background task."""
-        if self.fixed is not None:
-            return
+        """Read the cluster's timings and follow their changes until cancelled (a fixed interval
+        still follows the timeout and grace periods). Run it as a background task."""
         settings = self._settings
         client = aetcd.Client(host=settings.etcd_host, port=settings.etcd_port)
         watcher = EtcdConfigWatcher(client, settings.etcd_prefix, self._cluster)
@@ -71,5 +74,5 @@ class HeartbeatInterval:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX)
                 continue
-            log.info("agent.heartbeat_interval", seconds=self.current(), source="etcd")
+            log.info("agent.heartbeat_interval", seconds=self.current(), source=self.source)
             return

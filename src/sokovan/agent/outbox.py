@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -127,6 +128,7 @@ class EventOutbox:
         self._idle = asyncio.Event()
         self._idle.set()
         self.published = 0
+        self.last_heartbeat_at: float | None = None  # monotonic time Redis last took a heartbeat
         names = frozenset(drop_events)
         self._dropper = EventDropper(names) if names else None
 
@@ -193,6 +195,8 @@ class EventOutbox:
                 try:
                     # Signed at each attempt: the time in the signature is when Redis got it.
                     await self.publish_many([seal(data, self._secret) for _, data in taken])
+                    if any(name == HEARTBEAT for name, _ in taken):
+                        self.last_heartbeat_at = time.monotonic()
                     break
                 except (RedisError, OSError) as exc:
                     log.warning("event.publish_failed", events=count, error=str(exc))

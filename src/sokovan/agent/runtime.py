@@ -27,6 +27,9 @@ from sokovan.common.supervise import wait_for_service
 log = structlog.get_logger(__name__)
 
 
+REDIS_TIMEOUT = 5.0  # seconds for a connect and for an answer
+
+
 class AgentStartError(RuntimeError):
     """The daemon cannot start (no secret, port taken, Redis unreachable)."""
 
@@ -39,7 +42,11 @@ class AgentLink:
             raise AgentStartError("SOKOVAN_CLUSTER_SECRET is not set: the agent refuses to start")
         self.secret: str = settings.cluster_secret
         self._redis_url = settings.redis_url
-        self.redis = aioredis.Redis.from_url(settings.redis_url)
+        # A silent Redis (packets dropped) fails a publish after REDIS_TIMEOUT, and the outbox
+        # retries on a new connection, instead of waiting for TCP to give up (minutes).
+        self.redis = aioredis.Redis.from_url(
+            settings.redis_url, socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT
+        )
         self.outbox = EventOutbox(self.redis, settings.etcd_prefix, self.secret, drop_events=drop_events)
         self.tasks: list[asyncio.Task[None]] = []
         self.stop = asyncio.Event()

@@ -100,6 +100,9 @@ class Daemon:
 
     stop_signal = signal.SIGTERM  # what `terminate` and `stop` send
     echo = False
+    # Run the command inside this (e.g. `ip netns exec <name>`, which execs it in place: the pid
+    # is still the daemon's own, so its signals reach it).
+    wrapper: Sequence[str] = ()
 
     def __init__(self, name: str, args: Sequence[str], env: Mapping[str, str], log_dir: Path | None) -> None:
         self.name = name
@@ -115,7 +118,7 @@ class Daemon:
         if self.running:
             raise HarnessError(f"{self.name} is already running")
         self._stopped_on_purpose = False
-        command = [*SOKOVAN, *self.args]
+        command = [*self.wrapper, *SOKOVAN, *self.args]
         if self.log_path is None:
             self.proc = subprocess.Popen(command, env=self.env)
         elif self.echo:

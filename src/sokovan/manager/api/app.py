@@ -26,6 +26,7 @@ from sokovan.manager.api import (
 )
 from sokovan.manager.api.auth import CTX_KEY, auth_middleware
 from sokovan.manager.api.common import CONTROLLER_KEY, DEPLOYMENTS_KEY
+from sokovan.manager.api.deadline import deadline_middleware
 from sokovan.manager.api.openapi import Route, build_document
 from sokovan.manager.api.problems import problem_middleware
 from sokovan.manager.api.unavailable import unavailable_middleware
@@ -89,7 +90,13 @@ def _version() -> str:
 def create_app(ctx: ManagerContext, cluster_config: ClusterConfig | None = None) -> web.Application:
     """`cluster_config`: the manager's live settings (kept current by its etcd watcher); without
     one, the app follows etcd with a watcher of its own."""
-    middlewares = [problem_middleware, unavailable_middleware, public_root, auth_middleware]
+    middlewares = [
+        problem_middleware,
+        unavailable_middleware,
+        deadline_middleware,
+        public_root,
+        auth_middleware,
+    ]
     app = web.Application(middlewares=middlewares)
     app[CTX_KEY] = ctx
     config.setup(app, cluster_config)

@@ -35,6 +35,7 @@ from aiohttp import web
 from sokovan.bus.user_event_hub import HubUnavailable, Listener, UserEventHub
 from sokovan.bus.user_events import UserEvent
 from sokovan.manager.api.auth import CTX_KEY, principal_of
+from sokovan.manager.api.deadline import deadline
 from sokovan.manager.api.openapi import Param, Route
 from sokovan.manager.api.problems import Problem
 from sokovan.manager.api.session_ref import SESSION_REF_QUERY, query_session_id
@@ -178,6 +179,7 @@ def _client_gone(request: web.Request) -> bool:
     return transport is None or transport.is_closing()
 
 
+@deadline(None)  # until the client goes; hub.open has its own timeout
 async def stream_events(request: web.Request) -> web.StreamResponse:
     principal = principal_of(request)
     flt = await _event_filter(request, principal)

@@ -16,6 +16,7 @@ import structlog
 from aiohttp import web
 
 from sokovan.manager.api.auth import CTX_KEY, principal_of
+from sokovan.manager.api.deadline import REQUEST_DEADLINE, deadline
 from sokovan.manager.api.openapi import Param, Route
 from sokovan.manager.api.problems import Problem, not_found
 from sokovan.manager.api.schemas import KernelLogs, LogsResponse
@@ -59,6 +60,10 @@ def query_tail(request: web.Request) -> int:
     return tail
 
 
+AGENT_WAIT = 10.0  # the longest an agent's answer is waited for (AgentRPCClient's timeout)
+
+
+@deadline(AGENT_WAIT + REQUEST_DEADLINE)
 async def session_logs(request: web.Request) -> web.Response:
     principal = principal_of(request)
     session_id = await path_session_id(request, principal)

@@ -1,0 +1,287 @@
+"""An agent partitioned from the cluster, Jepsen style (CONTRACT section 13).
+
+The victim agent runs in a network namespace of its own (`netns.Namespace`), reaching Redis and
+etcd through forwarders on the host's end of its veth pair; the manager reaches its RPC across the
+same pair. A partition drops every packet both ways (`tc netem loss 100%`): nothing is refused,
+nothing is reset. The other agent is on the host. Timings are the fault harness's (beats every
+0.5 s, timeout 3 s, grace 2 s) unless a test sets its own.
+
+Checked in each scenario: no session has two live kernels, the allocation invariants hold
+(`InvariantChecker`), every session ends as it should, and a history of what happened is printed.
+`SOKOVAN_PARTITION_S` makes the partitions longer (`make bench`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from sokovan.common.settings import Settings
+from sokovan.harness import ManagerProc, bootstrap_admin
+from tests.fault.harness import AgentProc, InvariantChecker, clear_timings, outcome, reset_cluster_state
+from tests.fault.outage_proxy import OutageProxy, target_of
+from tests.fault.test_node_lifecycle import (
+    GRACE,
+    PROMPTLY,
+    SILENCE_SEEN,
+    TIMEOUT,
+    Cluster,
+    Node,
+    alive,
+    kernel_pids,
+    moves,
+    timings,
+    until,
+)
+from tests.partition.netns import Namespace
+
+EXTRA = float(os.environ.get("SOKOVAN_PARTITION_S", "0"))  # more seconds of partition (bench)
+KILL_GRACE = 2.0  # the fault harness's --kill-grace
+RETRY = {"max_retries": 2, "retry_delay": 1}
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    settings: Settings, service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    asyncio.run(reset_cluster_state(settings))
+    manager = ManagerProc(service_env, tmp_path_factory.mktemp("partitions"))
+    try:
+        token = bootstrap_admin(service_env)
+        manager.start()
+        manager.wait_up()
+        yield Cluster(manager, token, settings, service_env)
+    finally:
+        manager.stop()
+        asyncio.run(clear_timings(settings))
+
+
+class NamespacedAgent(AgentProc):
+    """A process agent started inside `ns` (`ip netns exec`)."""
+
+    def __init__(self, ns: Namespace, *args: Any, **kwargs: Any) -> None:
+        self.wrapper = ns.wrapper  # before the harness starts it
+        super().__init__(*args, **kwargs)
+
+
+class Partitioned:
+    """The victim agent in its namespace, with the forwarders it reaches Redis and etcd by."""
+
+    def __init__(self, node: Node, name: str, extra: list[str]) -> None:
+        self.ns = Namespace.make(len(node.agents))
+        settings = node.cluster.settings
+        host = self.ns.host_address
+        self.proxies = [
+            OutageProxy(target_of(settings.redis_url), host).start(),
+            OutageProxy(target_of(settings.etcd), host).start(),
+        ]
+        redis, etcd = self.proxies
+        env = {
+            **node.cluster.env,
+            "SOKOVAN_REDIS_URL": settings.redis_url.replace(
+                f"{redis.target[0]}:{redis.target[1]}", redis.address
+            ),
+            "SOKOVAN_ETCD": etcd.address,
+        }
+        own = ["--scaling-group", node.group, "--rpc-host", self.ns.address, *extra]
+        self.agent = NamespacedAgent(
+            self.ns, env, node.work, f"{node.group}-{name}", "cpu=4,mem=4g", extra=own
+        )
+        node.agents.append(self.agent)
+
+    def close(self) -> None:
+        self.ns.heal()
+        for proxy in self.proxies:
+            proxy.close()
+        self.ns.close()
+
+
+class History:
+    """What happened, with the time since the first entry: printed at the end of each scenario."""
+
+    def __init__(self) -> None:
+        self.began = time.monotonic()
+        self.lines: list[str] = []
+
+    def __call__(self, what: str) -> None:
+        self.lines.append(f"{time.monotonic() - self.began:7.2f}s  {what}")
+
+    def print(self, title: str) -> None:
+        print(f"\n--- {title}")
+        print("\n".join(self.lines))
+
+
+@pytest.fixture
+async def node(cluster: Cluster, tmp_path: Path) -> AsyncIterator[Node]:
+    group = f"np-{uuid.uuid4().hex[:8]}"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        node = Node(cluster, http, group, tmp_path)
+        await node.set_timings(timings())
+        await node.ok("POST", "/v2/scaling-groups", {"name": group}, status=201)
+        try:
+            yield node
+        finally:
+            await node.clean_up()
+
+
+@pytest.fixture
+async def victim_of(node: Node) -> AsyncIterator[Any]:
+    made: list[Partitioned] = []
+
+    def make(name: str = "victim", *extra: str) -> Partitioned:
+        made.append(Partitioned(node, name, list(extra)))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for p in made:
+            p.ns.heal()  # so that the node's clean-up reaches the agent
+        await node.clean_up()
+        for p in made:
+            p.close()
+
+
+async def _live_kernels_per_session(node: Node, sids: list[str]) -> dict[str, int]:
+    """How many live kernels each session's retry chain holds, over every attempt."""
+    counts: dict[str, int] = {}
+    for sid in sids:
+        chain = (await node.session(sid))["retry_chain"] or [sid]
+        live = 0
+        for attempt in chain:
+            session = await node.session(attempt)
+            live += sum(k["status"] not in ("TERMINATED", "CANCELLED", "ERROR") for k in session["kernels"])
+        counts[sid] = live
+    return counts
+
+
+async def _invariants(node: Node) -> list[str]:
+    checker = InvariantChecker(node.cluster.settings.db_url)
+    try:
+        return await checker.check()
+    finally:
+        await checker.close()
+
+
+async def test_a_partition_past_the_grace_stops_the_old_kernels_and_the_retries_run_elsewhere(
+    node: Node, victim_of: Any
+) -> None:
+    history = History()
+    victim: Partitioned = victim_of()
+    other = node.start_agent("other")
+    await node.ready(victim.agent, other)
+    await node.acted(other.agent_id, "drain", {"reason": "place the batch on the victim"})
+    sids = [await node.create(type="batch", command="sleep 60", retry_policy=RETRY) for _ in range(2)]
+    for sid in sids:
+        await node.running_on(sid, victim.agent.agent_id)
+    await node.acted(other.agent_id, "undrain")
+    pids = kernel_pids(node.work / victim.agent.agent_id)
+    assert len(pids) == 2 and all(alive(*p) for p in pids.values()), pids
+    history(f"2 batch sessions RUNNING on the victim (kernel pids {sorted(p for p, _ in pids.values())})")
+
+    victim.ns.cut()
+    cut_at = time.monotonic()
+    history("partition: every packet between the victim and the host dropped")
+    await node.wait_agent(victim.agent.agent_id, "DEGRADED", SILENCE_SEEN)
+    history("victim DEGRADED")
+    await node.wait_agent(victim.agent.agent_id, "DOWN", GRACE + PROMPTLY)
+    history("victim DOWN")
+    # The agent stops its kernels itself once the timeout and the grace have passed on its side.
+    await until(
+        lambda: _async(lambda: [p for p, s in pids.values() if alive(p, s)]),
+        lambda left: not left,
+        "the victim's kernels stopped by its fence",
+        TIMEOUT + GRACE + KILL_GRACE + PROMPTLY,
+    )
+    gone_after = time.monotonic() - cut_at
+    history(
+        f"the victim's kernels gone {gone_after:.1f}s after the cut (timeout + grace: {TIMEOUT + GRACE}s)"
+    )
+    assert victim.agent.proc is not None
+    assert victim.ns.pids() == {victim.agent.proc.pid}  # `ps` in the namespace: the agent alone
+    for sid in sids:
+        retried = await node.wait_session(sid, lambda s: len(s["retry_chain"]) > 1, "retried", 30)
+        await node.running_on(retried["retry_chain"][-1], other.agent_id)
+    history("both sessions retried and RUNNING on the other agent")
+    await asyncio.sleep(EXTRA)
+
+    victim.ns.heal()
+    history("healed")
+    back = await node.wait_agent(victim.agent.agent_id, "READY", 30)
+    history(f"victim READY again (boot_id kept: {back['boot_id'][:8]})")
+    await asyncio.sleep(2)  # a few beats and a maintenance cycle after the heal
+    live = await _live_kernels_per_session(node, sids)
+    assert live == dict.fromkeys(sids, 1), live
+    assert await _invariants(node) == []
+    went = moves(await node.history(victim.agent.agent_id))
+    assert went[-4:] == [
+        ("READY", "DEGRADED"),
+        ("DEGRADED", "DOWN"),
+        ("DOWN", "BOOTING"),
+        ("BOOTING", "READY"),
+    ]
+    history(f"no session has two live kernels {live}; invariants hold")
+    history.print("a partition past the grace")
+    assert "agent.fenced" in victim.agent.log_text()
+
+
+async def test_a_partition_within_the_grace_disturbs_nothing(node: Node, victim_of: Any) -> None:
+    history = History()
+    await node.set_timings(timings(grace=20))
+    victim: Partitioned = victim_of()
+    await node.ready(victim.agent)
+    sid = await node.create(type="batch", command="sleep 60", retry_policy=RETRY)
+    before = await node.running_on(sid, victim.agent.agent_id)
+    pids = kernel_pids(node.work / victim.agent.agent_id)
+    history("a batch session RUNNING on the victim")
+    victim.ns.cut()
+    history("partition")
+    await node.wait_agent(victim.agent.agent_id, "DEGRADED", SILENCE_SEEN)
+    history("victim DEGRADED")
+    await asyncio.sleep(2 + EXTRA / 4)
+    victim.ns.heal()
+    history("healed")
+    await node.wait_agent(victim.agent.agent_id, "READY", 30)
+    history("victim READY")
+    after = await node.session(sid)
+    assert after["status"] == "RUNNING" and after["retry_chain"] in ([], [sid], None), after
+    assert [k["id"] for k in after["kernels"]] == [k["id"] for k in before["kernels"]]
+    assert kernel_pids(node.work / victim.agent.agent_id) == pids
+    assert all(alive(*p) for p in pids.values())
+    assert "agent.fenced" not in victim.agent.log_text()
+    assert await _invariants(node) == []
+    history("the same kernel, the same process; nothing retried; invariants hold")
+    history.print("a partition within the grace")
+
+
+async def test_a_flapping_link_disturbs_nothing(node: Node, victim_of: Any) -> None:
+    history = History()
+    await node.set_timings(timings(grace=20))
+    victim: Partitioned = victim_of()
+    await node.ready(victim.agent)
+    sid = await node.create(type="interactive")
+    await node.running_on(sid, victim.agent.agent_id)
+    pids = kernel_pids(node.work / victim.agent.agent_id)
+    history("an interactive session RUNNING on the victim")
+    await victim.ns.flap(cycles=5 + int(EXTRA // 4), down=1.5, up=1.0)
+    history("flapped: 1.5 s down, 1 s up, 5 times")
+    await node.wait_agent(victim.agent.agent_id, "READY", 30)
+    assert (await node.session(sid))["status"] == "RUNNING"
+    assert all(alive(*p) for p in pids.values())
+    assert await _invariants(node) == []
+    history("victim READY, the session RUNNING on the same process; invariants hold")
+    history.print("a flapping link")
+    await node.terminate(sid)
+    assert outcome(await node.ended(sid))[0] == "TERMINATED"
+
+
+async def _async(read: Any) -> Any:
+    return read()
