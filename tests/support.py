@@ -7,8 +7,12 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
+from aiohttp import web
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from sokovan.common.answer_signing import answer_headers
+from sokovan.common.rpc import AGENT_HEADER, NONCE_HEADER
 
 
 class Stoppable(Protocol):
@@ -50,3 +54,21 @@ def statements_sent(engine: AsyncEngine) -> Iterator[list[str]]:
         yield sent
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", record)
+
+
+def signed_answer(secret: str, request: web.Request, payload: Any, status: int = 200) -> web.Response:
+    """The JSON answer `payload` to the RPC `request`, signed as an agent signs its answers (a
+    stand-in agent's; the manager reads no unsigned answer)."""
+    response = web.json_response(payload, status=status)
+    assert isinstance(response.body, bytes)
+    response.headers.update(
+        answer_headers(
+            secret,
+            response.body,
+            status=status,
+            path=request.path,
+            agent_id=request.headers.get(AGENT_HEADER) or "",
+            request_nonce=request.headers.get(NONCE_HEADER),
+        )
+    )
+    return response

@@ -9,6 +9,7 @@ import asyncio
 from aiohttp import web
 
 from sokovan.common.rpc import AgentRPCClient, CheckAndPullRequest, rpc_path
+from tests.support import signed_answer
 
 CALLS = 300
 
@@ -29,7 +30,7 @@ async def test_hundreds_of_calls_are_in_flight_together() -> None:
         except TimeoutError:
             pass
         in_flight -= 1
-        return web.json_response({})
+        return signed_answer("secret", request, {})
 
     app = web.Application()
     app.router.add_post(rpc_path("check_and_pull"), handle)

@@ -20,6 +20,7 @@ from sokovan.manager.api.session_logs import MAX_TAIL
 from sokovan.manager.context import ManagerContext
 from tests.api.conftest import Api, add_agent
 from tests.api.test_auth_and_errors import assert_problem
+from tests.support import signed_answer
 
 KIB = 1024
 
@@ -237,14 +238,14 @@ async def test_scaling_group_pending_timeout_is_bounded(api: Api) -> None:
 
 
 @pytest.fixture
-async def chatty_agent() -> AsyncIterator[str]:
+async def chatty_agent(ctx: ManagerContext) -> AsyncIterator[str]:
     """An RPC endpoint answering `logs` with 200 KiB per stream, more than the manager keeps."""
+    secret = ctx.settings.cluster_secret or "secret"
 
     async def logs(request: web.Request) -> web.Response:
         req = LogsRequest.model_validate_json(await request.read())
-        return web.json_response(
-            {"kernel_id": req.kernel_id, "stdout": "o" * 200 * KIB + "END", "stderr": "e" * 200 * KIB}
-        )
+        answer = {"kernel_id": req.kernel_id, "stdout": "o" * 200 * KIB + "END", "stderr": "e" * 200 * KIB}
+        return signed_answer(secret, request, answer)
 
     app = web.Application(client_max_size=0)
     app.router.add_post("/rpc/logs", logs)

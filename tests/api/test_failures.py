@@ -16,6 +16,7 @@ from sokovan.manager.api import create_app
 from sokovan.manager.context import ManagerContext
 from tests.api.conftest import Api, add_agent
 from tests.api.test_auth_and_errors import assert_problem
+from tests.support import signed_answer
 
 
 async def test_unexpected_exception_is_a_generic_500(ctx: ManagerContext, api: Api) -> None:
@@ -53,7 +54,8 @@ async def fake_agent(ctx: ManagerContext) -> AsyncIterator[str]:
         if not check_signature(secret, body, request.headers, http_method=request.method, path=request.path):
             return web.Response(status=401)
         req = LogsRequest.model_validate_json(body)
-        return web.json_response({"kernel_id": req.kernel_id, "stdout": "hello\n", "stderr": "warn\n"})
+        answer = {"kernel_id": req.kernel_id, "stdout": "hello\n", "stderr": "warn\n"}
+        return signed_answer(secret, request, answer)
 
     app = web.Application()
     app.router.add_post("/rpc/logs", logs)

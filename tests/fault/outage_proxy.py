@@ -89,9 +89,7 @@ class OutageProxy:
     async def _listen(self) -> None:
         self._gate().set()
         if self._server is None:
-            self._server = await asyncio.start_server(
-                self._accept, self.host, self.port, reuse_address=True
-            )
+            self._server = await asyncio.start_server(self._accept, self.host, self.port, reuse_address=True)
 
     async def _cut(self) -> None:
         server, self._server = self._server, None

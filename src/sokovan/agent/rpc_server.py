@@ -12,6 +12,10 @@ without the header or with its own id, a hollow fleet the ids of its virtual age
 id is 404 and nothing runs. Then an unknown method is 404 and a body that does not validate is
 400; every error is a JSON object `{"error": ...}`.
 
+Every answer, an error as much as a success, is signed with the cluster secret over its status,
+the path, the request's nonce and the id of the agent that answers (`common.answer_signing`), so
+the manager can tell it from the answer of whatever else holds this port.
+
 A hollow fleet also serves its inference kernels' endpoints on this port (`extra_routes`, see
 `hollow_services`); those are not RPC, carry no signature and reach no RPC method.
 """
@@ -31,10 +35,12 @@ from pydantic import BaseModel, ValidationError
 
 from sokovan.agent.answers import Answer, answering
 from sokovan.agent.rpc_guard import MAX_READS, READ_TIMEOUT, UNAUTHENTICATED, NonceFloor, refusal
+from sokovan.common.answer_signing import answer_headers
 from sokovan.common.metrics import RPC_REPLAYS_REFUSED
 from sokovan.common.rpc import (
     AGENT_HEADER,
     MAX_BODY,
+    NONCE_HEADER,
     AcceptedResponse,
     CheckAndPullRequest,
     CreateKernelsRequest,
@@ -236,6 +242,30 @@ class RPCServer:
                 return _error(413, f"request body over {self._max_body} bytes", close=True)
 
     async def _dispatch(self, request: web.Request) -> web.Response:
+        """The answer to one RPC request, signed whatever it says (`common.answer_signing`)."""
+        response = await self._serve(request)
+        body = response.body
+        if not isinstance(body, bytes):  # every answer here is JSON text
+            raise TypeError(f"an RPC answer's body is {type(body).__name__}, not bytes")
+        response.headers.update(
+            answer_headers(
+                self._secret,
+                body,
+                status=response.status,
+                path=request.path,
+                agent_id=self._answering(request.headers.get(AGENT_HEADER) or ""),
+                request_nonce=request.headers.get(NONCE_HEADER),
+            )
+        )
+        return response
+
+    def _answering(self, named: str) -> str:
+        """The id of the agent that answers a request naming `named` ("": none): the one it is
+        routed to, else (no agent here by that name) the one it names."""
+        handlers = self._route(named)
+        return handlers.agent_id if handlers is not None else named
+
+    async def _serve(self, request: web.Request) -> web.Response:
         method_name = request.match_info["method"]
         refused = refusal(
             request.headers, request.content_length, self._max_body, time.time(), self._floor.floor

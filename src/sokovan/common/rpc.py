@@ -10,6 +10,10 @@ so a captured request cannot be sent to another method (a prepare replayed as a 
 path or another agent, nor with another body; it is refused `MAX_SKEW` seconds either side of
 its time, and within that window the agent refuses its nonce a second time (a replay).
 
+Every answer is signed too, over its status, the request's path and nonce and the answering agent
+(`answer_signing`); the client reads an answer only once its signature holds, and treats one that
+does not (unsigned, forged, another call's, another agent's) as an unreachable agent.
+
 Batches of kernels go to one agent in calls whose body stays under `BATCH_BODY_LIMIT`, half of
 the agent's `MAX_BODY`.
 
@@ -26,8 +30,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
+import structlog
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
+from sokovan.common.answer_signing import answer_problem
 from sokovan.common.preemption import MAX_GRACE_PERIOD
 from sokovan.common.signing import (
     SKEW,
@@ -40,6 +46,8 @@ from sokovan.common.signing import (
     verify,
     within_skew,
 )
+
+log = structlog.get_logger(__name__)
 
 SIGNATURE_HEADER = "X-Sokovan-Signature"
 TIMESTAMP_HEADER = "X-Sokovan-Timestamp"
@@ -225,16 +233,36 @@ class AgentRPCClient:
             connector = aiohttp.TCPConnector(limit=self._connections)
             self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
         body = request.model_dump_json().encode()
-        url = f"http://{rpc_addr}{rpc_path(method)}"
+        path = rpc_path(method)
         headers = signed_headers(self._secret, body, method=method, agent_id=agent_id)
         try:
-            async with self._session.post(url, data=body, headers=headers) as resp:
-                text = await resp.text()
+            async with self._session.post(f"http://{rpc_addr}{path}", data=body, headers=headers) as resp:
+                answer = await resp.read()
+                problem = answer_problem(
+                    self._secret,
+                    answer,
+                    resp.headers,
+                    status=resp.status,
+                    path=path,
+                    agent_id=agent_id,
+                    nonce=headers[NONCE_HEADER],
+                )
+                if problem is not None:
+                    log.warning(
+                        "rpc.answer_refused",
+                        method=method,
+                        rpc_addr=rpc_addr,
+                        agent_id=agent_id,
+                        status=resp.status,
+                        reason=problem,
+                    )
+                    raise RPCError(f"{method} on {rpc_addr}: {problem}")
                 if resp.status != 200:
+                    text = answer.decode(errors="replace")
                     raise RPCError(f"{method} on {rpc_addr}: HTTP {resp.status}: {text[:200]}", resp.status)
-                result: dict[str, Any] = json.loads(text)
+                result: dict[str, Any] = json.loads(answer)
                 return result
-        except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError) as exc:
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise RPCError(f"{method} on {rpc_addr}: {exc!r}") from exc
 
     async def check_and_pull(

@@ -36,7 +36,7 @@ class Settings(BaseSettings):
     # under PostgreSQL's max_connections (100 by default).
     db_pool_size: int = Field(default=10, ge=1)
     db_max_overflow: int = Field(default=10, ge=0)
-    # Open `GET /v2/events` streams one manager process serves at most (429 past it).
+    # Open `GET /v2/events` streams one manager serves at most, all its workers together (429 past it).
     max_event_streams: int = Field(default=2000, ge=1)
     # Where throwaway services started by `sokovan dev` keep their files.
     dev_dir: str = Field(default=".dev")

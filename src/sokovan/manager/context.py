@@ -3,6 +3,7 @@ what the admission caches hold."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 
 import aetcd
@@ -38,6 +39,9 @@ class ManagerContext:
     hints: HintPublisher
     rpc: AgentRPCClient
     admission: CacheEpoch = field(default_factory=CacheEpoch)
+    # What names this manager to the others, the same in all its worker processes (`daemon.serve`
+    # hands it to them): what the limits on its event streams are counted under in Redis.
+    manager_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     async def admission_changed(self) -> None:
         """After an admin write that admission reads: this manager's caches are dropped now, every

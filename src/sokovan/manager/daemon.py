@@ -60,6 +60,13 @@ class ManagerFailed(RuntimeError):
 
 
 WORKER_ENV = "SOKOVAN_MANAGER_WORKER"  # "<index>/<count>", set by `serve` for its worker processes
+# The manager's id (`ManagerContext.manager_id`), set by `serve` so that its workers share it.
+MANAGER_ID_ENV = "SOKOVAN_MANAGER_ID"
+
+
+def manager_id() -> str:
+    """This manager's id: the one `serve` handed to its workers, else this process's own."""
+    return os.environ.get(MANAGER_ID_ENV) or f"{socket.gethostname()}-{os.getpid()}"
 
 
 def worker_of(value: str | None) -> tuple[int, int]:
@@ -132,7 +139,7 @@ async def _serve_until_stopped(
     rpc = AgentRPCClient(settings.cluster_secret)
     hints = HintPublisher(redis, settings.etcd_prefix)
     events = UserEventPublisher(redis, settings.etcd_prefix)
-    ctx = ManagerContext(settings=settings, engine=engine, redis=redis, etcd=etcd, hints=hints, rpc=rpc)
+    ctx = ManagerContext(settings, engine, redis, etcd, hints, rpc, manager_id=manager_id())
     # Replicas are created and ended through the same controller as the API's sessions.
     replicas = ControllerReplicas(SchedulingController(ctx, config), engine)
     watch = Watch()  # whether the agents' reports reach this manager: the consumer feeds it
@@ -209,10 +216,12 @@ def serve(settings: Settings, workers: int = 1, reuse_port: bool = False) -> Non
 
     Every worker is a whole manager (API, orchestrator, event consumer): the coordinator lanes are
     guarded by cluster-wide locks, events are shared out by the consumer group and hints reach every
-    worker, so N workers behave as one manager that uses N cores.
+    worker, so N workers behave as one manager that uses N cores (and share its id, under which
+    the limits on its event streams are counted).
     """
     children: list[subprocess.Popen[bytes]] = []
     if workers > 1:
+        os.environ[MANAGER_ID_ENV] = manager_id()
         args = [sys.executable, "-m", "sokovan", "manager", "--workers", "1", "--reuse-port"]
         children = [
             subprocess.Popen(args, env={**os.environ, WORKER_ENV: f"{i}/{workers}"})

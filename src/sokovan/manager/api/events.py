@@ -11,21 +11,22 @@ the server shutting down, ends its stream. A client too slow to keep up, or a lo
 (Redis went away), ends the stream too (with a comment saying why): the client reconnects and
 reads the current state from the REST API.
 
-Limits: `STREAMS_PER_KEYPAIR` open streams per keypair and `Settings.max_event_streams`
-(SOKOVAN_MAX_EVENT_STREAMS, 2,000) per manager; past either, 429 problem+json. A stream that ends
-frees its place at once, and so does one whose client has gone (its connection was lost), even
-before its handler notices. The limits are counted per manager process: with `--workers N`, each
-worker process counts (and subscribes for) its own streams.
+Limits (`stream_limits`): `STREAMS_PER_KEYPAIR` open streams per keypair and
+`Settings.max_event_streams` (SOKOVAN_MAX_EVENT_STREAMS, 2,000) per manager; past either, 429
+problem+json. They hold for the whole manager, all the worker processes of `--workers N` together
+(counted in Redis); each worker keeps its own subscription to the events. A stream that ends frees
+its place at once, and so does one whose client has gone (its connection was lost), even before its
+handler notices.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,7 @@ from sokovan.manager.api.deadline import deadline
 from sokovan.manager.api.openapi import Param, Route
 from sokovan.manager.api.problems import Problem
 from sokovan.manager.api.session_ref import SESSION_REF_QUERY, query_session_id
+from sokovan.manager.api.stream_limits import STREAMS_PER_KEYPAIR, StreamLimits, unavailable
 from sokovan.manager.repositories.tenancy import Principal
 
 log = structlog.get_logger(__name__)
@@ -47,68 +49,13 @@ KEEPALIVE_INTERVAL = 15.0  # seconds between `: keep-alive` comments (tests shor
 # How often an idle stream checks that its client is still there (aiohttp does not cancel a
 # handler whose client went away) and that the server is not shutting down.
 LIVENESS_INTERVAL = 1.0
-STREAMS_PER_KEYPAIR = 16
-RETRY_AFTER = 5  # seconds, on a 429 or 503
 
 # Set by the app's on_shutdown hook: every open stream ends within LIVENESS_INTERVAL.
 STREAMS_CLOSING_KEY = web.AppKey("event_streams_closing", asyncio.Event)
 # The handler tasks of the open streams (for the shutdown hook and for tests).
 STREAMS_KEY = web.AppKey("event_streams", weakref.WeakSet[asyncio.Task[Any]])
 HUB_KEY = web.AppKey("event_hub", UserEventHub)
-
-
-class StreamLimits:
-    """Open streams per keypair and in all, against their limits.
-
-    A stream whose client has gone (`alive()` false: its connection was lost) holds no place, even
-    before its handler notices and ends (it looks every LIVENESS_INTERVAL): a client that closes
-    its streams and opens as many again at once is not refused. The counts are this process's: with
-    `sokovan manager --workers N`, each worker process counts its own streams (each keeps its own
-    subscription to the events too).
-    """
-
-    def __init__(self, per_keypair: int, total: int) -> None:
-        self.per_keypair = per_keypair
-        self.total = total
-        self._held: dict[str, dict[int, Callable[[], bool]]] = {}
-        self._next = 0
-
-    def count(self, access_key: str | None = None) -> int:
-        """The streams held whose client is still there (of `access_key`, or in all)."""
-        keys = list(self._held) if access_key is None else [access_key]
-        return sum(1 for k in keys for alive in self._held.get(k, {}).values() if alive())
-
-    @contextmanager
-    def hold(self, access_key: str, alive: Callable[[], bool] = lambda: True) -> Iterator[None]:
-        """A place for one stream of `access_key` while the block runs (and `alive()` holds); 429
-        when there is none."""
-        if self.count(access_key) >= self.per_keypair:
-            raise _too_many(f"at most {self.per_keypair} event streams may be open per keypair")
-        if self.count() >= self.total:
-            raise _too_many(f"this manager serves at most {self.total} event streams")
-        self._next += 1
-        slot = self._next
-        self._held.setdefault(access_key, {})[slot] = alive
-        try:
-            yield
-        finally:
-            mine = self._held.get(access_key, {})
-            mine.pop(slot, None)
-            if not mine:
-                self._held.pop(access_key, None)
-
-
 LIMITS_KEY = web.AppKey("event_stream_limits", StreamLimits)
-
-
-def _too_many(detail: str) -> Problem:
-    return Problem(
-        429,
-        "Too Many Requests",
-        detail,
-        slug="too-many-event-streams",
-        headers={"Retry-After": str(RETRY_AFTER)},
-    )
 
 
 def setup(app: web.Application) -> None:
@@ -116,9 +63,20 @@ def setup(app: web.Application) -> None:
     app[STREAMS_CLOSING_KEY] = asyncio.Event()
     app[STREAMS_KEY] = weakref.WeakSet()
     app[HUB_KEY] = UserEventHub(ctx.redis, ctx.settings.etcd_prefix)
-    app[LIMITS_KEY] = StreamLimits(STREAMS_PER_KEYPAIR, ctx.settings.max_event_streams)
+    prefix, total = ctx.settings.etcd_prefix, ctx.settings.max_event_streams
+    app[LIMITS_KEY] = StreamLimits(ctx.redis, prefix, ctx.manager_id, STREAMS_PER_KEYPAIR, total)
+    app.cleanup_ctx.append(_run_limits)
     app.on_shutdown.append(_close_streams)
     app.on_cleanup.append(_close_hub)
+
+
+async def _run_limits(app: web.Application) -> AsyncIterator[None]:
+    """The worker's sweeps and lease refreshes (`StreamLimits.run`), while the app runs."""
+    task = asyncio.create_task(app[LIMITS_KEY].run(), name="event-stream-limits")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _close_streams(app: web.Application) -> None:
@@ -183,7 +141,7 @@ def _client_gone(request: web.Request) -> bool:
 async def stream_events(request: web.Request) -> web.StreamResponse:
     principal = principal_of(request)
     flt = await _event_filter(request, principal)
-    with request.app[LIMITS_KEY].hold(principal.access_key, lambda: not _client_gone(request)):
+    async with request.app[LIMITS_KEY].hold(principal.access_key, lambda: not _client_gone(request)):
         return await _stream(request, principal, flt)
 
 
@@ -196,13 +154,7 @@ async def _stream(request: web.Request, principal: Principal, flt: EventFilter) 
     try:
         listener = await hub.open(lambda event: visible(event, principal, flt))
     except HubUnavailable as exc:
-        raise Problem(
-            503,
-            "Service Unavailable",
-            "could not subscribe to the event channel; retry later",
-            slug="service-unavailable",
-            headers={"Retry-After": str(RETRY_AFTER)},
-        ) from exc
+        raise unavailable("could not subscribe to the event channel; retry later") from exc
     try:
         response = web.StreamResponse(
             headers={
