@@ -8,9 +8,11 @@ BENCH_CYCLE (1: also time single cycles), BENCH_DEPLOYMENTS (200; 0 skips the de
 BENCH_REPLICAS (5 per deployment), BENCH_NODE_FAILURE (100 of the agents killed at once after the
 burst; 0 skips the node-failure phase), BENCH_CONTAINERS (1: also the container phase of
 scripts/bench/containers.py, create → RUNNING on a real engine, BENCH_CONTAINER_SESSIONS per
-round), BENCH_SERVING (1: also the serving phase of scripts/bench/serving.py, once per round
-after the round's cluster is stopped: the app proxy's throughput and added latency against calling
-a replica directly; BENCH_SERVING_CONCURRENCY, BENCH_SERVING_SECONDS). Prints one JSON document
+round), BENCH_PARTITIONS (1: also the partition and silent-peer scenarios of
+scripts/bench/partitions.py at BENCH_PARTITION_S and BENCH_SILENCE_S), BENCH_SERVING (1: also the
+serving phase of scripts/bench/serving.py, once per round after the round's cluster is stopped: the
+app proxy's throughput and added latency against calling a replica directly;
+BENCH_SERVING_CONCURRENCY, BENCH_SERVING_SECONDS). Prints one JSON document
 and writes it to .dev/bench/result.json.
 
 Each round: a steady run (and a light one), then (on the emptied cluster, with an app proxy) the
@@ -34,6 +36,7 @@ from scripts.bench.cycle import cycle_cost
 from scripts.bench.deployments import HEALTH, deployments_phase
 from scripts.bench.load import burst, hold_agents, milestones, steady, wait_until
 from scripts.bench.node_failure import RETRY_DEFAULT, TIMINGS, node_failure_phase
+from scripts.bench.partitions import partitions_phase
 from scripts.bench.serving import serving_phase
 from scripts.bench.serving import settings as serving_settings
 
@@ -144,6 +147,8 @@ async def main() -> dict[str, Any]:
     result["each_round"] = [{k: round(v, 1) for k, v in r.items()} for r in rounds]
     if os.environ.get("BENCH_CONTAINERS", "1") == "1":
         result["containers"] = await containers_phase(repeat)
+    if os.environ.get("BENCH_PARTITIONS", "1") == "1":
+        result.update(await partitions_phase())
     if os.environ.get("BENCH_CYCLE", "1") == "1":
         url = await fresh_database(service_env().get("SOKOVAN_DB_URL", ""), "sokovan_bench_cycle")
         engine = create_async_engine(url)
