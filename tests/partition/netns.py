@@ -5,11 +5,12 @@ the host's end gets 10.231.<n>.1/30, the namespace's 10.231.<n>.2/30, and the na
 loopback. A daemon started there (`wrapper`: `ip netns exec <name>`) reaches the host only at the
 host's end of its pair; the host reaches it at `address`.
 
-A partition is a silent one: `cut()` adds an nftables drop rule at the ingress of both ends (a table
-of its own on each side, hooked to that one device), so every packet either way is dropped where it
-arrives: nothing is refused, no connection is reset, the senders see no error (TCP retransmits into
-the void, as across a broken switch); `heal()` deletes the two tables. `flap(...)` alternates the
-two. `pids()` lists the processes in the namespace (`ip netns pids`): a daemon and what it started.
+A partition is a silent one: `cut()` (or `cut(port)`, one server's connections only) adds an
+nftables drop rule at the ingress of both ends (a table of its own on each side, hooked to that one
+device), so every packet either way is dropped where it arrives: nothing is refused, no connection
+is reset, the senders see no error (TCP retransmits into the void, as across a broken switch);
+`heal()` deletes the two tables. `flap(...)` alternates the two. `pids()` lists the processes in
+the namespace (`ip netns pids`): a daemon and what it started.
 
 Traffic goes only between the host and namespaces this module made; `close()` deletes the namespace
 (its veth pair goes with it). Needs root (CAP_NET_ADMIN), `ip` (iproute2) and `nft` (nftables).
@@ -82,19 +83,19 @@ class Namespace:
     def _table(self) -> str:
         return "sokovan_" + self.host_if
 
-    def _drop_script(self, device: str) -> str:
-        return (
-            f"table netdev {self._table} {{\n"
-            f"  chain partition {{ type filter hook ingress device {device} priority 0; policy drop; }}\n"
-            "}\n"
-        )
+    def _drop_script(self, device: str, rule: str | None) -> str:
+        chain = f"type filter hook ingress device {device} priority 0; policy {'accept' if rule else 'drop'};"
+        return f"table netdev {self._table} {{\n  chain partition {{ {chain} {rule or ''} }}\n}}\n"
 
-    def cut(self) -> None:
-        """Drop every packet between the host and the namespace, both ways."""
+    def cut(self, port: int | None = None) -> None:
+        """Drop every packet between the host and the namespace, both ways; with `port`, only
+        those of TCP connections to that port in the namespace (its daemon's server)."""
         if self.partitioned:
             return
-        _run("nft", "-f", "-", script=self._drop_script(self.host_if))
-        _run(*self.wrapper, "nft", "-f", "-", script=self._drop_script(self.ns_if))
+        inward = f"tcp dport {port} drop;" if port else None
+        outward = f"tcp sport {port} drop;" if port else None
+        _run("nft", "-f", "-", script=self._drop_script(self.host_if, outward))
+        _run(*self.wrapper, "nft", "-f", "-", script=self._drop_script(self.ns_if, inward))
         self.partitioned = True
 
     def heal(self) -> None:

@@ -285,3 +285,83 @@ async def test_a_flapping_link_disturbs_nothing(node: Node, victim_of: Any) -> N
 
 async def _async(read: Any) -> Any:
     return read()
+
+
+async def test_a_sensitive_agent_keeps_its_kernels_until_it_is_heard_again(
+    node: Node, victim_of: Any
+) -> None:
+    """Past the grace a `sensitive` agent keeps its kernels (an operator decides); the manager has
+    retried the session elsewhere, and once the agent is heard again the old kernel is ended there."""
+    history = History()
+    victim: Partitioned = victim_of("sensitive", "--class", "sensitive")
+    other = node.start_agent("other")
+    await node.ready(victim.agent, other)
+    await node.acted(other.agent_id, "drain", {"reason": "place the batch on the victim"})
+    sid = await node.create(type="batch", command="sleep 60", retry_policy=RETRY)
+    await node.running_on(sid, victim.agent.agent_id)
+    await node.acted(other.agent_id, "undrain")
+    pids = kernel_pids(node.work / victim.agent.agent_id)
+    history("a batch session RUNNING on the sensitive victim")
+    victim.ns.cut()
+    history("partition")
+    await node.wait_agent(victim.agent.agent_id, "DOWN", SILENCE_SEEN + GRACE + PROMPTLY)
+    history("victim DOWN")
+    retried = await node.wait_session(sid, lambda s: len(s["retry_chain"]) > 1, "retried", 30)
+    await node.running_on(retried["retry_chain"][-1], other.agent_id)
+    history("retried and RUNNING on the other agent")
+    await asyncio.sleep(1 + EXTRA / 4)
+    assert all(alive(*p) for p in pids.values()), "a sensitive agent stopped its kernels by itself"
+    assert "agent.partitioned_keeping_kernels" in victim.agent.log_text()
+    history("the old kernel still runs on the far side (sensitive: kept for an operator)")
+    victim.ns.heal()
+    healed = time.monotonic()
+    history("healed")
+    await until(
+        lambda: _async(lambda: [p for p, s in pids.values() if alive(p, s)]),
+        lambda left: not left,
+        "the kernel the manager ended, ended by the agent once it is heard again",
+        PROMPTLY + KILL_GRACE,
+    )
+    history(f"the old kernel ended {time.monotonic() - healed:.1f}s after the heal")
+    await node.wait_agent(victim.agent.agent_id, "READY", 30)
+    assert await _live_kernels_per_session(node, [sid]) == {sid: 1}
+    assert await _invariants(node) == []
+    history("one live kernel for the session; invariants hold")
+    history.print("a sensitive agent partitioned past the grace")
+
+
+async def test_the_manager_cut_from_the_agents_rpc_both_ways(node: Node, victim_of: Any) -> None:
+    """The manager cannot reach the agent's RPC (nor the agent answer it), while the agent's reports
+    still reach Redis: nothing is DOWN, and what the manager asked meanwhile (a terminate, a start)
+    is carried out once the link is back; no session is stuck."""
+    history = History()
+    victim: Partitioned = victim_of()
+    await node.ready(victim.agent)
+    running = await node.interactive()
+    await node.running_on(running, victim.agent.agent_id)
+    port = int((await node.agent(victim.agent.agent_id))["rpc_addr"].rpartition(":")[2])
+    history(f"an interactive session RUNNING on the victim (RPC port {port})")
+    victim.ns.cut(port)
+    history("the RPC cut both ways (Redis and etcd still reachable)")
+    await node.terminate(running)
+    batch = await node.create(type="batch", command="sleep 1", retry_policy=RETRY)
+    history("asked meanwhile: terminate the interactive one, create a batch one")
+    await asyncio.sleep(8 + EXTRA / 4)
+    assert (await node.agent(victim.agent.agent_id))["status"] == "READY"
+    history("the victim still READY (its heartbeats go by Redis)")
+    victim.ns.heal()
+    history("healed")
+    ended = await node.ended(running, within=60)
+    assert outcome(ended)[0] == "TERMINATED", ended["status_info"]
+    history(f"the interactive session ended {outcome(ended)}")
+    # It ran once the link was back, on its first attempt or (the start timed out) a retry.
+    final = await node.ended(batch, within=90)
+    chain = final["retry_chain"] or [batch]
+    if len(chain) > 1:
+        final = await node.ended(chain[-1], within=90)
+    assert outcome(final) == ("TERMINATED", "SUCCESS", None), final["status_info"]
+    history(f"the batch session ended {outcome(final)} after {len(chain)} attempt(s)")
+    assert ("READY", "DEGRADED") not in moves(await node.history(victim.agent.agent_id))
+    assert await _invariants(node) == []
+    history("the victim never DEGRADED; invariants hold")
+    history.print("the manager cut from the agent's RPC")
