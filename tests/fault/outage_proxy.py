@@ -3,7 +3,8 @@ service can be taken away from them without touching the machine's shared one.
 
 `cut()` closes every live connection through it (the daemons see the peer reset) and stops
 listening (new connections are refused), as a stopped service would; `restore()` listens on the
-same port again. `blackhole()` is the other kind of outage, a drop rule rather than a refusal: every
+same port again. `strand()` leaves the service up but its live connections silent for good.
+`blackhole()` is the other kind of outage, a drop rule rather than a refusal: every
 connection, live or new, stays open but nothing passes either way (what is sent is held, as TCP holds
 what it cannot deliver), until `restore()` lets it all through again, in order. The forwarder runs
 its own event loop in a thread, so it keeps forwarding while the test's loop is busy or blocked.
@@ -56,8 +57,15 @@ class OutageProxy:
         self.cuts += 1
         self._call(self._hold())
 
+    def strand(self) -> None:
+        """The live connections go silent for good (held until `close()`); new ones pass: a
+        firewall or NAT that lost their state, or a service moved to another host."""
+        self.cuts += 1
+        self._call(self._strand())
+
     def restore(self) -> None:
-        """Accept connections again (on the same port) and let through what was held."""
+        """Accept connections again (on the same port) and let through what was held (not what
+        `strand()` stranded)."""
         self._call(self._listen())
 
     async def _cancel_the_rest(self) -> None:
@@ -69,6 +77,10 @@ class OutageProxy:
 
     async def _hold(self) -> None:
         self._gate().clear()
+
+    async def _strand(self) -> None:
+        self._gate().clear()
+        self._passing = None  # the next connection makes a new, open gate
 
     def _gate(self) -> asyncio.Event:
         if self._passing is None:

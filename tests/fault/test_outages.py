@@ -239,6 +239,23 @@ async def test_silent_etcd(cluster: Cluster, settings: Settings) -> None:
     assert await _gone_down(settings) == []
 
 
+@pytest.mark.parametrize("service", ["redis", "postgres"])
+async def test_stranded_connections_are_given_up(cluster: Cluster, settings: Settings, service: str) -> None:
+    """Every live connection to the service goes silent for good while new ones work: the daemons
+    give up the silent ones (per-call timeouts) and go on with new ones, instead of waiting for
+    TCP (about 15 minutes)."""
+    before = [await _create_until_acknowledged(cluster.api, f"before-{i}") for i in range(BATCH)]
+    cluster.proxies[service].strand()
+    began = time.monotonic()
+    after = [await _create_until_acknowledged(cluster.api, f"stranded-{i}") for i in range(BATCH)]
+    wanted = {sid: (lambda s: (s["status"], s["result"]) == DONE) for sid in [*before, *after]}
+    await settle(cluster.api, wanted, 90)
+    cluster.assert_alive()
+    took = time.monotonic() - began
+    print(f"\n{service} connections stranded: {len(wanted)} sessions ended {took:.1f}s after")
+    assert await _gone_down(settings) == []
+
+
 async def _gone_down(settings: Settings) -> list[str]:
     """The agents declared DOWN since the cluster was set up."""
     engine = create_async_engine(settings.db_url)

@@ -49,6 +49,10 @@ from sokovan.orchestrator.orchestrator import Serving, SokovanOrchestrator
 log = structlog.get_logger(__name__)
 
 REDIS_CONNECT_TIMEOUT = 3.0
+# The longest a Redis command waits for its answer (the consumer's XREADGROUP blocks for 1 s): a
+# Redis that drops packets fails the call, and the supervised task retries on a new connection.
+# A pub/sub read has its own, shorter timeout and is not bound by this.
+REDIS_TIMEOUT = 10.0
 ETCD_TIMEOUT = 5  # seconds per etcd call
 # Heartbeats read within this long are written together (`bus.streams`): an agent's liveness is
 # judged over seconds, and one transaction per beat cost a fleet of a thousand a fifth of a core.
@@ -86,7 +90,12 @@ async def run_manager(
     engine = make_engine(
         settings.db_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
     )
-    redis = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=REDIS_CONNECT_TIMEOUT)
+    redis = aioredis.Redis.from_url(
+        settings.redis_url,
+        socket_connect_timeout=REDIS_CONNECT_TIMEOUT,
+        socket_timeout=REDIS_TIMEOUT,
+        socket_keepalive=True,
+    )
     etcd = aetcd.Client(host=settings.etcd_host, port=settings.etcd_port, timeout=ETCD_TIMEOUT)
     config = ClusterConfig()
     watcher = EtcdConfigWatcher(etcd, settings.etcd_prefix, config)

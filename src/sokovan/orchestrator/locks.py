@@ -15,6 +15,12 @@ is gone is taken over then.
 The lock connection is checked before each cycle (a connection PostgreSQL closed is noticed by
 asyncpg at once) and, every `verify_every` seconds, with a query: a lost connection drops every
 lock this manager believed it held, and the lanes are asked for again once PostgreSQL answers.
+
+A connection lost to silence (a statement that timed out: a firewall that dropped its state, a
+partition) may still be alive on the server, holding the locks: PostgreSQL would release them only
+when its own TCP keepalive gives up, hours later, and no manager could take those lanes meanwhile.
+So the next lock connection ends the old one's backend first (`pg_terminate_backend`, only if it is
+still the same backend: same pid and start time), and the lanes are free again at once.
 """
 
 from __future__ import annotations
@@ -62,6 +68,8 @@ class CycleLock:
         self._held: set[str] = set()
         self._refused: dict[str, float] = {}  # lane → when another manager last held it
         self._verified = 0.0
+        self._backend: tuple[int, object] | None = None  # the lock connection's (pid, start)
+        self._orphan: tuple[int, object] | None = None  # a lost one's, to end on reconnect
 
     def holds(self, name: str) -> bool:
         """Whether this manager holds `name` (as far as it knows: a cycle re-checks)."""
@@ -112,12 +120,24 @@ class CycleLock:
         conn = await self._engine.connect()
         self._conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
         self._verified = time.monotonic()
+        if self._orphan is not None:
+            await self._end_orphan(self._conn, *self._orphan)
+            self._orphan = None
+        row = (await self._conn.execute(_OWN_BACKEND)).one()
+        self._backend = (row.pid, row.backend_start)
         return self._conn
+
+    async def _end_orphan(self, conn: AsyncConnection, pid: int, started: object) -> None:
+        """End the backend of a lock connection lost to silence, if it still lives (its locks with it)."""
+        ended = (await conn.execute(_END_BACKEND, {"pid": pid, "started": started})).scalar()
+        if ended:
+            log.warning("lane.orphaned_lock_session_ended", pid=pid)
 
     async def _lost(self, why: str) -> None:
         if self._held:
             log.warning("lane.locks_lost", lanes=sorted(self._held), why=why)
         self._held.clear()
+        self._orphan, self._backend = self._backend, None
         conn, self._conn = self._conn, None
         if conn is not None:
             with contextlib.suppress(Exception):
@@ -135,6 +155,14 @@ class CycleLock:
                     await conn.invalidate()  # never back into the pool with the locks on it
                 with contextlib.suppress(Exception):
                     await conn.close()
+
+
+_OWN_BACKEND = text(
+    "SELECT pg_backend_pid() AS pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+)
+_END_BACKEND = text(
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = :pid AND backend_start = :started"
+)
 
 
 def _closed(raw: object) -> bool:
