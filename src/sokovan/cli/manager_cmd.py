@@ -6,16 +6,18 @@ import click
 
 from sokovan.cli.common import config_option, load_with_secret
 from sokovan.cli.log_format import log_format_option, start_logging
+from sokovan.manager.workers import WorkersType
 
 
 @click.command()
 @config_option
 @click.option(
     "--workers",
-    type=click.IntRange(1, 64),
-    default=1,
+    type=WorkersType(),
+    default="auto",
     show_default=True,
-    help="Manager processes sharing the API port (each a whole manager; use about one per core).",
+    envvar="SOKOVAN_MANAGER_WORKERS",
+    help="Manager processes sharing the API port, each a whole manager: auto is one per core (at most 8).",
 )
 @click.option("--reuse-port", is_flag=True, hidden=True, help="Bind the API port with SO_REUSEPORT.")
 @log_format_option

@@ -266,7 +266,8 @@ class _HttpDaemon(Daemon):
 
 class ManagerProc(_HttpDaemon):
     """`sokovan manager` serving its API on `bind` (default: a free port on 127.0.0.1), restartable
-    on the same port."""
+    on the same port. One process (`--workers 1`) unless `args` say otherwise: a test that kills
+    "the manager" kills all of it, and its logs are one process's."""
 
     def __init__(
         self,
@@ -278,6 +279,8 @@ class ManagerProc(_HttpDaemon):
         args: Sequence[str] = (),
     ) -> None:
         bind = bind or f"127.0.0.1:{free_port()}"
+        if not any(a == "--workers" or a.startswith("--workers=") for a in args):
+            args = ["--workers", "1", *args]
         super().__init__(name, ["manager", *args], {**env, "SOKOVAN_API_BIND": bind}, log_dir)
         self.port = int(bind.rpartition(":")[2])
         self.api = self.base_url = f"http://{bind}"

@@ -43,6 +43,7 @@ from sokovan.manager.context import ManagerContext
 from sokovan.manager.controller.replica_sessions import ControllerReplicas
 from sokovan.manager.controller.scheduling_controller import SchedulingController
 from sokovan.manager.event_dispatch import EventDispatcher
+from sokovan.manager.workers import die_with_parent
 from sokovan.orchestrator.node.watch import Watch
 from sokovan.orchestrator.orchestrator import Serving, SokovanOrchestrator
 
@@ -233,7 +234,9 @@ def serve(settings: Settings, workers: int = 1, reuse_port: bool = False) -> Non
         os.environ[MANAGER_ID_ENV] = manager_id()
         args = [sys.executable, "-m", "sokovan", "manager", "--workers", "1", "--reuse-port"]
         children = [
-            subprocess.Popen(args, env={**os.environ, WORKER_ENV: f"{i}/{workers}"})
+            subprocess.Popen(
+                args, env={**os.environ, WORKER_ENV: f"{i}/{workers}"}, preexec_fn=die_with_parent
+            )
             for i in range(1, workers)
         ]
         os.environ[WORKER_ENV] = f"0/{workers}"
