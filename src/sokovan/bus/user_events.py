@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 import structlog
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +42,14 @@ class UserEvent(BaseModel):
     # Who may see it: the session's owner (user id); None for cluster events (admins only).
     owner: str | None = None
     detail: dict[str, object] = Field(default_factory=dict)
+
+    _frame: bytes | None = PrivateAttr(default=None)
+
+    def sse_frame(self) -> bytes:
+        """The event as one server-sent-events message, made once however many streams send it."""
+        if self._frame is None:
+            self._frame = f"event: {self.name}\ndata: {self.wire()}\n\n".encode()
+        return self._frame
 
     def wire(self) -> str:
         """The event's JSON, without its null fields, except that a `*.status` event always

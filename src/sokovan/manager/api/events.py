@@ -49,6 +49,7 @@ KEEPALIVE_INTERVAL = 15.0  # seconds between `: keep-alive` comments (tests shor
 # How often an idle stream checks that its client is still there (aiohttp does not cancel a
 # handler whose client went away) and that the server is not shutting down.
 LIVENESS_INTERVAL = 1.0
+WRITE_BATCH = 256  # events at most in one write to a stream
 
 # Set by the app's on_shutdown hook: every open stream ends within LIVENESS_INTERVAL.
 STREAMS_CLOSING_KEY = web.AppKey("event_streams_closing", asyncio.Event)
@@ -188,11 +189,21 @@ async def _pump(
             except TimeoutError:
                 pass
             else:
-                if event is None:  # the hub ended this stream
+                # the hub queued only what `visible` accepts; what queued meanwhile goes in the
+                # same write (each event's frame is made once, for every stream that sends it)
+                ended = event is None  # None: the hub ended this stream
+                frames = [] if event is None else [event.sse_frame()]
+                while not ended and len(frames) < WRITE_BATCH and not listener.queue.empty():
+                    more = listener.queue.get_nowait()
+                    if more is None:
+                        ended = True
+                    else:
+                        frames.append(more.sse_frame())
+                if frames:
+                    await response.write(b"".join(frames))
+                if ended:
                     await response.write(f": stream ended ({listener.ended})\n\n".encode())
                     return
-                # the hub queued only what `visible` accepts
-                await response.write(f"event: {event.name}\ndata: {event.wire()}\n\n".encode())
             if time.monotonic() >= next_keepalive:
                 await response.write(b": keep-alive\n\n")
                 next_keepalive = time.monotonic() + KEEPALIVE_INTERVAL
