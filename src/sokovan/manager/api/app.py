@@ -26,6 +26,7 @@ from sokovan.manager.api import (
 )
 from sokovan.manager.api.auth import CTX_KEY, auth_middleware
 from sokovan.manager.api.common import CONTROLLER_KEY, DEPLOYMENTS_KEY
+from sokovan.manager.api.conditional import conditional_middleware
 from sokovan.manager.api.deadline import deadline_middleware
 from sokovan.manager.api.openapi import Route, build_document
 from sokovan.manager.api.problems import problem_middleware
@@ -94,6 +95,7 @@ def create_app(ctx: ManagerContext, cluster_config: ClusterConfig | None = None)
         problem_middleware,
         unavailable_middleware,
         deadline_middleware,
+        conditional_middleware,
         public_root,
         auth_middleware,
     ]
