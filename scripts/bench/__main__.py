@@ -2,8 +2,10 @@
 
 Sizes come from the environment: BENCH_AGENTS (1000), BENCH_SESSIONS (10000), BENCH_CONCURRENCY
 (64), BENCH_STEADY_RATE (200), BENCH_STEADY_SECONDS (15), BENCH_LOW_RATE (20: a second, light
-steady run; 0 skips it), BENCH_MANAGER_WORKERS (2: one manager
-process per core), BENCH_REPEAT (3 rounds, each on a fresh cluster; medians are reported),
+steady run; 0 skips it), BENCH_MANAGER_WORKERS (auto: `sokovan manager` as shipped, one worker per
+core), BENCH_OBSERVER (1: a `/v2/events` reader and a `GET /v2/agents` poll every second watch every
+phase, scripts/bench/observer.py; 0: unwatched), BENCH_REPEAT (3 rounds, each on a fresh cluster;
+medians are reported),
 BENCH_CYCLE (1: also time single cycles), BENCH_DEPLOYMENTS (200; 0 skips the deployments phase),
 BENCH_REPLICAS (5 per deployment), BENCH_NODE_FAILURE (100 of the agents killed at once after the
 burst; 0 skips the node-failure phase), BENCH_CONTAINERS (1: also the container phase of
@@ -36,6 +38,7 @@ from scripts.bench.cycle import cycle_cost
 from scripts.bench.deployments import HEALTH, deployments_phase
 from scripts.bench.load import burst, hold_agents, milestones, steady, wait_until
 from scripts.bench.node_failure import RETRY_DEFAULT, TIMINGS, node_failure_phase
+from scripts.bench.observer import Observer
 from scripts.bench.partitions import partitions_phase
 from scripts.bench.serving import serving_phase
 from scripts.bench.serving import settings as serving_settings
@@ -51,7 +54,7 @@ async def one_round(
     concurrency: int,
     rate: int,
     steady_s: int,
-    workers: int,
+    workers: str,
     deployments: tuple[int, int],
     number: int,
     doomed: int,
@@ -60,9 +63,13 @@ async def one_round(
     """A fresh database, manager and fleet; a steady run, the deployments phase, then a burst."""
     out: dict[str, Any] = {}
     cluster = BenchCluster(agents, slots="cpu=16,mem=64g", workers=workers, doomed=doomed)
+    observer: Observer | None = None
     try:
         await cluster.start()
         assert cluster.engine is not None
+        if os.environ.get("BENCH_OBSERVER", "1") == "1":
+            observer = Observer(cluster.api, cluster.token)
+            await observer.start()
         # Steady run first, with short sessions, so the burst starts on an empty cluster.
         ids = await steady(cluster.api, cluster.token, rate, steady_s, "sleep 1")
         await wait_until(cluster.engine, ids, ("TERMINATED",), within=300)
@@ -100,6 +107,9 @@ async def one_round(
         if cluster.doomed is not None:
             out.update(await node_failure_phase(cluster.engine, cluster.doomed))
     finally:
+        if observer is not None:
+            seen = await observer.stop()
+            out.update({f"observer_{k}": v for k, v in seen.items() if isinstance(v, int | float)})
         await cluster.stop()
     return out
 
@@ -110,7 +120,7 @@ async def main() -> dict[str, Any]:
     concurrency = env_int("BENCH_CONCURRENCY", 64)
     rate = env_int("BENCH_STEADY_RATE", 200)
     steady_s = env_int("BENCH_STEADY_SECONDS", 15)
-    workers = env_int("BENCH_MANAGER_WORKERS", 2)
+    workers = os.environ.get("BENCH_MANAGER_WORKERS", "auto")
     repeat = env_int("BENCH_REPEAT", 3)
     deployments = (env_int("BENCH_DEPLOYMENTS", 200), env_int("BENCH_REPLICAS", 5))
     doomed = env_int("BENCH_NODE_FAILURE", 100)
@@ -143,7 +153,8 @@ async def main() -> dict[str, Any]:
         )
         if serving:  # needs no manager: after the round's cluster is gone
             rounds[-1].update(await serving_phase(result["serving"]))
-    result["median"] = {k: round(statistics.median(r[k] for r in rounds), 1) for k in rounds[0]}
+    shared = [k for k in rounds[0] if all(k in r for r in rounds)]
+    result["median"] = {k: round(statistics.median(r[k] for r in rounds), 1) for k in shared}
     result["each_round"] = [{k: round(v, 1) for k, v in r.items()} for r in rounds]
     if os.environ.get("BENCH_CONTAINERS", "1") == "1":
         result["containers"] = await containers_phase(repeat)

@@ -38,7 +38,7 @@ class BenchCluster:
     """`agents` hollow agents in all; with `doomed`, that many of them in a fleet process of their
     own (ids `b-doomed-NNNN`) that the node-failure phase kills."""
 
-    def __init__(self, agents: int, slots: str, workers: int = 2, doomed: int = 0) -> None:
+    def __init__(self, agents: int, slots: str, workers: str = "auto", doomed: int = 0) -> None:
         self.agents = agents
         self.slots = slots
         self.doomed_count = doomed
@@ -51,15 +51,12 @@ class BenchCluster:
             "SOKOVAN_DB_URL": f"{server.rsplit('/', 1)[0]}/sokovan_bench",
             "SOKOVAN_CLUSTER_SECRET": secrets.token_urlsafe(16),
             "SOKOVAN_ETCD_PREFIX": f"sokovan-bench-{run}",
-            # The bench's one manager (two workers) may use more connections than the default.
-            "SOKOVAN_DB_POOL_SIZE": "20",
-            "SOKOVAN_DB_MAX_OVERFLOW": "15",
-        }
+        }  # the manager as shipped: its default pool, its default workers unless BENCH_MANAGER_WORKERS
         self.logdir = ROOT / ".dev" / "bench"
         self.logdir.mkdir(parents=True, exist_ok=True)
         for old in ("manager.log", "bench.log", "proxy.log"):  # each round's logs, not every round's
             (self.logdir / old).unlink(missing_ok=True)
-        self.cluster = LocalCluster(env, self.logdir, manager_args=("--workers", str(workers)))
+        self.cluster = LocalCluster(env, self.logdir, manager_args=("--workers", workers))
         self.env = self.cluster.env
         self.api = self.cluster.api
         self.token = ""

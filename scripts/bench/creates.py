@@ -80,7 +80,7 @@ async def main() -> dict[str, Any]:
     n = env_int("CREATES_N", 5000)
     clients = env_int("CREATES_CLIENTS", 64)
     cluster = BenchCluster(
-        env_int("CREATES_AGENTS", 20), "cpu=16,mem=64g", workers=env_int("CREATES_WORKERS", 2)
+        env_int("CREATES_AGENTS", 20), "cpu=16,mem=64g", workers=os.environ.get("CREATES_WORKERS", "auto")
     )
     server = cluster.env["SOKOVAN_DB_URL"].rsplit("/", 1)[0]
     cluster.env["SOKOVAN_DB_URL"] = f"{server}/sokovan_bench_creates"

@@ -1,0 +1,114 @@
+"""What watches a cluster as it is used: one `/v2/events` reader of every event and a `GET /v2/agents`
+poll every second (with `If-None-Match`, as a dashboard would), in a process of its own so that
+its cost lands on the manager and not on the load generator's event loop.
+
+`Observer(api, token).start()` runs `python -m scripts.bench.observer` for the phase; `stop()`
+ends it and returns what it saw: events and bytes read, the polls' latency (p50, p99, max, ms) and
+how many of them were 304s. BENCH_OBSERVER=0 runs the phases unwatched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parents[2]
+POLL_EVERY = 1.0
+
+
+class Observer:
+    def __init__(self, api: str, token: str) -> None:
+        self.api = api
+        self.token = token
+        self._proc: asyncio.subprocess.Process | None = None
+        self._out = Path(tempfile.mkstemp(prefix="sokovan-observer-", suffix=".json")[1])
+
+    async def start(self) -> None:
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "scripts.bench.observer", self.api, str(self._out),
+            cwd=ROOT, env={**os.environ, "SOKOVAN_OBSERVER_TOKEN": self.token},
+        )  # fmt: skip
+
+    async def stop(self) -> dict[str, Any]:
+        if self._proc is None:
+            return {}
+        self._proc.send_signal(signal.SIGTERM)
+        await self._proc.wait()
+        self._proc = None
+        try:
+            seen: dict[str, Any] = json.loads(await asyncio.to_thread(self._out.read_text))
+        except (OSError, ValueError):
+            seen = {}
+        self._out.unlink(missing_ok=True)
+        return seen
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1)
+
+
+async def _watch(api: str, token: str, stop: asyncio.Event) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {token}"}
+    seen: dict[str, Any] = {"events": 0, "event_bytes": 0, "polls": 0, "not_modified": 0, "poll_errors": 0}
+    latencies: list[float] = []
+
+    async def read_events(http: aiohttp.ClientSession) -> None:
+        while not stop.is_set():
+            try:
+                async with http.get(f"{api}/v2/events", headers=headers) as resp:
+                    async for line in resp.content:
+                        seen["event_bytes"] += len(line)
+                        if line.startswith(b"event:"):
+                            seen["events"] += 1
+            except (TimeoutError, aiohttp.ClientError):
+                await asyncio.sleep(0.5)
+
+    async def poll_agents(http: aiohttp.ClientSession) -> None:
+        tag = ""
+        while not stop.is_set():
+            began = time.perf_counter()
+            try:
+                wanted = {**headers, "If-None-Match": tag} if tag else headers
+                async with http.get(f"{api}/v2/agents?limit=1000", headers=wanted) as resp:
+                    await resp.read()
+                    latencies.append(time.perf_counter() - began)
+                    seen["polls"] += 1
+                    seen["not_modified"] += resp.status == 304
+                    tag = resp.headers.get("ETag", tag)
+            except (TimeoutError, aiohttp.ClientError):
+                seen["poll_errors"] += 1
+            await asyncio.sleep(max(0.0, POLL_EVERY - (time.perf_counter() - began)))
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as http:
+        tasks = [asyncio.create_task(read_events(http)), asyncio.create_task(poll_agents(http))]
+        await stop.wait()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    seen["agents_get_p50_ms"] = _pct(latencies, 0.5)
+    seen["agents_get_p99_ms"] = _pct(latencies, 0.99)
+    seen["agents_get_max_ms"] = round(max(latencies, default=float("nan")) * 1000, 1)
+    return seen
+
+
+async def _main(api: str, out: Path) -> None:
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    seen = await _watch(api, os.environ["SOKOVAN_OBSERVER_TOKEN"], stop)
+    await asyncio.to_thread(out.write_text, json.dumps(seen))
+
+
+if __name__ == "__main__":
+    asyncio.run(_main(sys.argv[1], Path(sys.argv[2])))
