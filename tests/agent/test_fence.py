@@ -41,6 +41,9 @@ async def test_a_standard_agent_stops_its_kernels_once_the_silence_passes_timeou
     world.now = 105.1
     assert await world.fence.check() == ["k1", "k2"]
     assert world.stopped == [["k1", "k2"]] and world.fence.epoch == 2
+    # their ends are reported "lost" (retried), once each; a kernel it did not stop is not
+    assert world.fence.stopped_by_fence("k1") and not world.fence.stopped_by_fence("k1")
+    assert not world.fence.stopped_by_fence("k9")
     world.now = 106.0
     assert await world.fence.check() == []  # once per silence
     assert world.stopped == [["k1", "k2"]]

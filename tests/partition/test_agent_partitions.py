@@ -209,6 +209,7 @@ async def test_a_partition_past_the_grace_stops_the_old_kernels_and_the_retries_
     assert victim.ns.pids() == {victim.agent.proc.pid}  # `ps` in the namespace: the agent alone
     for sid in sids:
         retried = await node.wait_session(sid, lambda s: len(s["retry_chain"]) > 1, "retried", 30)
+        assert outcome(retried) == ("ERROR", "FAILURE", "AGENT_TRANSIENT"), retried["status_info"]
         await node.running_on(retried["retry_chain"][-1], other.agent_id)
     history("both sessions retried and RUNNING on the other agent")
     await asyncio.sleep(EXTRA)

@@ -31,6 +31,7 @@ from typing import Any
 
 import aiodocker
 import structlog
+from pydantic import BaseModel
 
 from sokovan.agent.backends import ContainerConfig, KernelBackend, container_backend, open_engine
 from sokovan.agent.container.engine_client import close_client
@@ -49,7 +50,7 @@ from sokovan.agent.service_ports import service_host
 from sokovan.agent.signals import run_until
 from sokovan.agent.state_file import StateFile, default_path
 from sokovan.agent.work_dir import default_work_dir, ensure_work_dir
-from sokovan.common.events import AgentHeartbeat, AgentStopping
+from sokovan.common.events import AgentHeartbeat, AgentStopping, KernelTerminated
 from sokovan.common.lifecycle import Service
 from sokovan.common.rpc import (
     AcceptedResponse,
@@ -123,7 +124,7 @@ class AgentDaemon(Service):
             config.agent_id,
             self.work_dir,
             config.catalog,
-            self._outbox.emit,
+            self._emit,
             config.kill_grace,
             service_host=self.service_host,
             state=StateFile(self.state_file, config.agent_id),
@@ -172,7 +173,7 @@ class AgentDaemon(Service):
             self.config.containers,
             agent_id=self.agent_id,
             work_dir=self.work_dir,
-            emit=self._outbox.emit,
+            emit=self._emit,
             uids=KernelUids(self.config.isolation.kernel_uids),
             kill_grace=self.config.kill_grace,
             service_host=self.service_host,
@@ -300,6 +301,13 @@ class AgentDaemon(Service):
                 log.warning("agent.housekeeping_failed", error=str(exc))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self.config.housekeeping_interval)
+
+    def _emit(self, event: BaseModel) -> None:
+        """The backends' events into the outbox; a kernel the fence stopped ends "lost" (its session
+        is retried, AGENT_TRANSIENT, whether or not the manager has declared this agent DOWN yet)."""
+        if isinstance(event, KernelTerminated) and self.fence.stopped_by_fence(event.kernel_id):
+            event = event.model_copy(update={"reason": "lost"})
+        self._outbox.emit(event)
 
     async def _stop_kernels(self, kernel_ids: list[str]) -> None:
         """What the fence stops: SIGTERM, the kill grace, SIGKILL, as a terminate does."""

@@ -9,7 +9,9 @@ operator (`sensitive`, seed 002). Its clock starts no later than the manager's (
 beat is at best the agent's last delivered one), so the old copy is gone by the time the retry may
 start, give or take the kill grace.
 
-Each fence starts a new registration epoch; every kernel is recorded with the epoch it was started
+Their ends are reported "lost" (AGENT_TRANSIENT, so retried), not "destroyed": the retry does not
+depend on the manager having declared the agent DOWN before it hears of them. Each fence starts a
+new registration epoch; every kernel is recorded with the epoch it was started
 in (`started`), so what a fence stops is exactly what was started before it. When the beats get
 through again, the manager ends there every kernel it ended meanwhile (its leak repair, on the
 first heartbeat that lists them): for a `sensitive` agent that is where its kept kernels end, if
@@ -56,6 +58,7 @@ class Fence:
         self._clock = clock
         self._since = clock()  # before the first beat is delivered, silence counts from the start
         self._epochs: dict[str, int] = {}
+        self._stopped: set[str] = set()  # kernels this fence stopped
 
     def started(self, kernel_id: str) -> None:
         """Record a kernel's start in the epoch now in force."""
@@ -63,6 +66,13 @@ class Fence:
 
     def epoch_of(self, kernel_id: str) -> int | None:
         return self._epochs.get(kernel_id)
+
+    def stopped_by_fence(self, kernel_id: str) -> bool:
+        """Whether the fence stopped this kernel (its end is reported "lost", once)."""
+        if kernel_id in self._stopped:
+            self._stopped.discard(kernel_id)
+            return True
+        return False
 
     def limit(self) -> float:
         """How long a silence may last before the manager calls this agent DOWN."""
@@ -108,6 +118,7 @@ class Fence:
             kernels=older,
         )
         if older:
+            self._stopped.update(older)
             await self._stop_kernels(older)
         return older
 
