@@ -5,7 +5,8 @@ Sizes come from the environment: BENCH_AGENTS (1000), BENCH_SESSIONS (10000), BE
 steady run; 0 skips it), BENCH_MANAGER_WORKERS (auto: `sokovan manager` as shipped, one worker per
 core), BENCH_OBSERVER (1: a `/v2/events` reader and a `GET /v2/agents` poll every second watch every
 phase, scripts/bench/observer.py; 0: unwatched), BENCH_REPEAT (3 rounds, each on a fresh cluster;
-medians are reported),
+medians are reported), BENCH_IDLE_SECONDS (60: the manager's CPU at rest with the fleet and the
+observer, per minute; 0 skips it),
 BENCH_CYCLE (1: also time single cycles), BENCH_DEPLOYMENTS (200; 0 skips the deployments phase),
 BENCH_REPLICAS (5 per deployment), BENCH_NODE_FAILURE (100 of the agents killed at once after the
 burst; 0 skips the node-failure phase), BENCH_CONTAINERS (1: also the container phase of
@@ -34,6 +35,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from scripts.bench.cluster import ROOT, BenchCluster, dump, fresh_database, service_env
 from scripts.bench.containers import containers_phase
+from scripts.bench.creates import cpu_seconds, cpu_used, manager_pids
 from scripts.bench.cycle import cycle_cost
 from scripts.bench.deployments import HEALTH, deployments_phase
 from scripts.bench.load import burst, hold_agents, milestones, steady, wait_until
@@ -70,6 +72,12 @@ async def one_round(
         if os.environ.get("BENCH_OBSERVER", "1") == "1":
             observer = Observer(cluster.api, cluster.token)
             await observer.start()
+        idle_s = env_int("BENCH_IDLE_SECONDS", 60)
+        if idle_s > 0:  # the fleet registered, nothing else to do: what the manager costs at rest
+            pids = manager_pids(int(cluster.api.rsplit(":", 1)[1]))
+            before = cpu_seconds(pids)
+            await asyncio.sleep(idle_s)
+            out["idle_manager_cpu_s_per_min"] = cpu_used(before, cpu_seconds(pids)) * 60 / idle_s
         # Steady run first, with short sessions, so the burst starts on an empty cluster.
         ids = await steady(cluster.api, cluster.token, rate, steady_s, "sleep 1")
         await wait_until(cluster.engine, ids, ("TERMINATED",), within=300)
