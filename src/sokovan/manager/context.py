@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sokovan.bus.hints import Hint, HintPublisher
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.settings import Settings
+from sokovan.manager.peer_watch import PeerWatch
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +43,9 @@ class ManagerContext:
     # What names this manager to the others, the same in all its worker processes (`daemon.serve`
     # hands it to them): what the limits on its event streams are counted under in Redis.
     manager_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # Whether PostgreSQL, Redis and etcd answer now (`peer_watch`); None where nothing probes them
+    # (the API alone, in tests): the API's deadline is then the clock's alone.
+    peers: PeerWatch | None = None
 
     async def admission_changed(self) -> None:
         """After an admin write that admission reads: this manager's caches are dropped now, every

@@ -43,6 +43,7 @@ from sokovan.manager.context import ManagerContext
 from sokovan.manager.controller.replica_sessions import ControllerReplicas
 from sokovan.manager.controller.scheduling_controller import SchedulingController
 from sokovan.manager.event_dispatch import EventDispatcher
+from sokovan.manager.peer_watch import manager_peers
 from sokovan.manager.workers import die_with_parent
 from sokovan.orchestrator.node.watch import Watch
 from sokovan.orchestrator.orchestrator import Serving, SokovanOrchestrator
@@ -149,7 +150,8 @@ async def _serve_until_stopped(
     rpc = AgentRPCClient(settings.cluster_secret)
     hints = HintPublisher(redis, settings.etcd_prefix)
     events = UserEventPublisher(redis, settings.etcd_prefix)
-    ctx = ManagerContext(settings, engine, redis, etcd, hints, rpc, manager_id=manager_id())
+    peers, postgres_probe = manager_peers(settings.db_url, redis, etcd)
+    ctx = ManagerContext(settings, engine, redis, etcd, hints, rpc, manager_id=manager_id(), peers=peers)
     # Replicas are created and ended through the same controller as the API's sessions.
     replicas = ControllerReplicas(SchedulingController(ctx, config), engine)
     watch = Watch()  # whether the agents' reports reach this manager: the consumer feeds it
@@ -188,6 +190,7 @@ async def _serve_until_stopped(
         "event-consumer": consumer.run,
         "config-watcher": watcher.run,
         "hints": functools.partial(listen_hints, redis, settings.etcd_prefix, _on_hint(ctx, orchestrator)),
+        "peer-watch": peers.run,
     }
     tasks = [asyncio.create_task(supervise(name, run, stop), name=name) for name, run in background.items()]
     orchestrator.hint(Hint.SCHEDULE)  # pick up whatever was left in flight before a restart
@@ -204,6 +207,7 @@ async def _serve_until_stopped(
             await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
         await runner.cleanup()
         await rpc.close()
+        await postgres_probe.close()
     if isinstance(failure, TaskFailed):
         raise ManagerFailed(str(failure)) from failure
     if failure is not None:

@@ -1,15 +1,20 @@
-"""Every request is answered within a deadline: a silent peer is a 503, never a hang.
+"""A request never waits on a silent peer: it is a 503 within a few seconds, never a hang.
 
 PostgreSQL, Redis or etcd behind a drop rule (packets lost, not refused) leave a call waiting for
-TCP to give up, about 15 minutes. The API does not wait that long: a request still running after
-its deadline is cancelled, and `unavailable_middleware` (outside this one) answers the
-`TimeoutError` with 503 problem+json and `Retry-After`, as for a refused connection. A create
-cancelled so may still have been written: the client retries it with the same `creation_id`
-(idempotent), as after any 503.
+TCP to give up, about 15 minutes. The clock alone cannot tell that from a busy cluster (a DELETE
+waiting on row locks while thousands of sessions are placed is slow, not stuck), so the manager
+probes its peers (`manager.peer_watch`): from `FIRST_LOOK` seconds into a request, and every
+`LOOK_EVERY` after, a request is cancelled as soon as a peer has not answered its probes for
+`SILENT_AFTER` (2 s), and otherwise goes on, up to `HARD_LIMIT`. `unavailable_middleware`
+(outside this one) answers the cancelled request's `TimeoutError` with 503 problem+json and
+`Retry-After`, as for a refused connection: within about 5 s of the request, or of the silence
+when the request started before it. A create cancelled so may still have been written: the client
+retries it with the same `creation_id` (idempotent), as after any 503.
 
-`REQUEST_DEADLINE` (4 s) keeps the contract's 5 s with room for the answer itself. A handler that
-waits on something slower by design says so with `@deadline(seconds)` (the logs endpoint, which waits
-on agents up to the RPC timeout) or `@deadline(None)` (the event stream, which runs until its client
+Where nothing probes the peers (the API alone, in tests) the deadline is the clock's:
+`REQUEST_DEADLINE` (4 s). A handler that waits on something slower by design says so with
+`@deadline(seconds)` (the logs endpoint, which waits on agents up to the RPC timeout: its own limit
+in place of `HARD_LIMIT`), or `@deadline(None)` (the event stream, which runs until its client
 goes; it has its own timeouts before its first byte).
 """
 
@@ -22,14 +27,19 @@ from typing import TypeVar
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-REQUEST_DEADLINE = 4.0  # seconds
+from sokovan.manager.api.auth import CTX_KEY
+
+REQUEST_DEADLINE = 4.0  # seconds, where nothing probes the peers
+FIRST_LOOK = 2.5  # seconds into a request before the peers are looked at
+LOOK_EVERY = 0.25
+HARD_LIMIT = 60.0  # even with every peer answering, no request runs longer
 _ATTRIBUTE = "_sokovan_deadline"
 
 H = TypeVar("H", bound=Callable[..., object])
 
 
 def deadline(seconds: float | None) -> Callable[[H], H]:
-    """Give a handler a deadline other than REQUEST_DEADLINE (None: none)."""
+    """Give a handler a deadline other than the default (None: none)."""
 
     def mark(handler: H) -> H:
         setattr(handler, _ATTRIBUTE, seconds)
@@ -39,14 +49,38 @@ def deadline(seconds: float | None) -> Callable[[H], H]:
 
 
 def deadline_of(handler: object) -> float | None:
+    """The handler's own limit (None: none), or REQUEST_DEADLINE for one that set none."""
     value = getattr(handler, _ATTRIBUTE, REQUEST_DEADLINE)
     return value if value is None else float(value)
 
 
 @web.middleware
 async def deadline_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    own = getattr(request.match_info.handler, _ATTRIBUTE, False)
     seconds = deadline_of(request.match_info.handler)
     if seconds is None:
         return await handler(request)
-    async with asyncio.timeout(seconds):
-        return await handler(request)
+    ctx = request.app.get(CTX_KEY)
+    peers = ctx.peers if ctx is not None else None
+    if peers is None:
+        async with asyncio.timeout(seconds):
+            return await handler(request)
+    limit = seconds if own is not False else HARD_LIMIT
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    async with asyncio.timeout(None) as scope:
+        timer: asyncio.TimerHandle | None = None
+
+        def look() -> None:
+            nonlocal timer
+            now = loop.time()
+            if peers.silent() or now - began >= limit:
+                scope.reschedule(now)  # expires at once: the handler is cancelled
+            else:
+                timer = loop.call_later(LOOK_EVERY, look)
+
+        timer = loop.call_later(min(FIRST_LOOK, limit), look)
+        try:
+            return await handler(request)
+        finally:
+            timer.cancel()
