@@ -128,6 +128,8 @@ class OutageProxy:
         self._writers |= {writer, up_writer}
         try:
             await asyncio.gather(_pipe(reader, up_writer, gate), _pipe(up_reader, writer, gate))
+        except asyncio.CancelledError:
+            pass  # closed while held (`close()`): the connection simply ends
         finally:
             for w in (writer, up_writer):
                 self._writers.discard(w)

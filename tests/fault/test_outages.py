@@ -92,12 +92,17 @@ def _body(tag: str) -> dict[str, Any]:
     }
 
 
-async def _create_until_acknowledged(api: Api, tag: str, within: float = 60) -> str:
-    """POST until a 201/200 (503s retried with the same creation_id); never a 500."""
+async def _create_until_acknowledged(api: Api, tag: str, within: float = 60, patient: bool = False) -> str:
+    """POST until a 201/200 (503s retried with the same creation_id); never a 500. `patient`: a
+    request that outlives the client's timeout is retried too, as a client would."""
     body = _body(tag)
     deadline = time.monotonic() + within
     while True:
-        status, data = await api.call("POST", "/v2/sessions", body)
+        try:
+            status, data = await api.call("POST", "/v2/sessions", body)
+        except TimeoutError:
+            assert patient and time.monotonic() < deadline, f"{tag}: no answer within the client's timeout"
+            continue
         if status in (200, 201):
             return str(data["id"])
         assert status == 503, (status, data)
@@ -247,7 +252,12 @@ async def test_stranded_connections_are_given_up(cluster: Cluster, settings: Set
     before = [await _create_until_acknowledged(cluster.api, f"before-{i}") for i in range(BATCH)]
     cluster.proxies[service].strand()
     began = time.monotonic()
-    after = [await _create_until_acknowledged(cluster.api, f"stranded-{i}") for i in range(BATCH)]
+    # A request that drew a stranded connection from the pool waits for the statement timeout
+    # (the peer itself answers the manager's probes): the client retries it, as after a 503.
+    after = [
+        await _create_until_acknowledged(cluster.api, f"stranded-{i}", within=120, patient=True)
+        for i in range(BATCH)
+    ]
     wanted = {sid: (lambda s: (s["status"], s["result"]) == DONE) for sid in [*before, *after]}
     await settle(cluster.api, wanted, 90)
     cluster.assert_alive()
