@@ -17,7 +17,7 @@ from sokovan.manager.workers import WorkersType
     default="auto",
     show_default=True,
     envvar="SOKOVAN_MANAGER_WORKERS",
-    help="Manager processes sharing the API port, each a whole manager: auto is one per core (at most 8).",
+    help="Manager processes sharing the API port, each a whole manager: auto is one per core (at most 4).",
 )
 @click.option("--reuse-port", is_flag=True, hidden=True, help="Bind the API port with SO_REUSEPORT.")
 @log_format_option

@@ -1,9 +1,10 @@
 """How many manager processes `sokovan manager` runs, and keeping them tied to their parent.
 
 `--workers auto` (the default, also `SOKOVAN_MANAGER_WORKERS`) is one worker per core this process
-may run on (`os.sched_getaffinity`), at most `MAX_AUTO`: each worker is a whole manager and the lanes
-are dealt out between them, so a plain `sokovan manager` uses the machine it is given. A number
-overrides it.
+may run on (`os.sched_getaffinity`), at most `MAX_AUTO` (4): each worker is a whole manager and the
+lanes are dealt out between them, so a plain `sokovan manager` uses the machine it is given. The cap
+keeps a big host within PostgreSQL's default 100 connections (each worker opens up to its pool,
+10 + 10, plus its lane-lock and probe connections). A number overrides it.
 
 A worker dies with the process that started it (`PR_SET_PDEATHSIG`, Linux): a parent killed with
 SIGKILL does not leave workers serving the port (and holding lanes) without their parent's
@@ -19,7 +20,7 @@ import signal
 
 import click
 
-MAX_AUTO = 8
+MAX_AUTO = 4
 PR_SET_PDEATHSIG = 1
 
 
