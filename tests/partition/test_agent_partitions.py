@@ -16,24 +16,18 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import pytest
 
-from sokovan.common.settings import Settings
-from sokovan.harness import ManagerProc, bootstrap_admin
-from tests.fault.harness import AgentProc, InvariantChecker, clear_timings, outcome, reset_cluster_state
+from tests.fault.harness import AgentProc, InvariantChecker, outcome
 from tests.fault.outage_proxy import OutageProxy, target_of
 from tests.fault.test_node_lifecycle import (
     GRACE,
     PROMPTLY,
     SILENCE_SEEN,
     TIMEOUT,
-    Cluster,
     Node,
     alive,
     kernel_pids,
@@ -46,22 +40,6 @@ from tests.partition.netns import Namespace
 EXTRA = float(os.environ.get("SOKOVAN_PARTITION_S", "0"))  # more seconds of partition (bench)
 KILL_GRACE = 2.0  # the fault harness's --kill-grace
 RETRY = {"max_retries": 2, "retry_delay": 1}
-
-
-@pytest.fixture(scope="module")
-def cluster(
-    settings: Settings, service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Cluster]:
-    asyncio.run(reset_cluster_state(settings))
-    manager = ManagerProc(service_env, tmp_path_factory.mktemp("partitions"))
-    try:
-        token = bootstrap_admin(service_env)
-        manager.start()
-        manager.wait_up()
-        yield Cluster(manager, token, settings, service_env)
-    finally:
-        manager.stop()
-        asyncio.run(clear_timings(settings))
 
 
 class NamespacedAgent(AgentProc):
@@ -117,19 +95,6 @@ class History:
     def print(self, title: str) -> None:
         print(f"\n--- {title}")
         print("\n".join(self.lines))
-
-
-@pytest.fixture
-async def node(cluster: Cluster, tmp_path: Path) -> AsyncIterator[Node]:
-    group = f"np-{uuid.uuid4().hex[:8]}"
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
-        node = Node(cluster, http, group, tmp_path)
-        await node.set_timings(timings())
-        await node.ok("POST", "/v2/scaling-groups", {"name": group}, status=201)
-        try:
-            yield node
-        finally:
-            await node.clean_up()
 
 
 @pytest.fixture
