@@ -34,6 +34,7 @@ FIRST_LOOK = 2.5  # seconds into a request before the peers are looked at
 LOOK_EVERY = 0.25
 HARD_LIMIT = 60.0  # even with every peer answering, no request runs longer
 _ATTRIBUTE = "_sokovan_deadline"
+_UNMARKED = object()
 
 H = TypeVar("H", bound=Callable[..., object])
 
@@ -48,24 +49,18 @@ def deadline(seconds: float | None) -> Callable[[H], H]:
     return mark
 
 
-def deadline_of(handler: object) -> float | None:
-    """The handler's own limit (None: none), or REQUEST_DEADLINE for one that set none."""
-    value = getattr(handler, _ATTRIBUTE, REQUEST_DEADLINE)
-    return value if value is None else float(value)
-
-
 @web.middleware
 async def deadline_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    own = getattr(request.match_info.handler, _ATTRIBUTE, False)
-    seconds = deadline_of(request.match_info.handler)
-    if seconds is None:
+    mark: object = getattr(request.match_info.handler, _ATTRIBUTE, _UNMARKED)
+    if mark is None:
         return await handler(request)
+    own = float(mark) if isinstance(mark, int | float) else None  # a handler's own limit
     ctx = request.app.get(CTX_KEY)
     peers = ctx.peers if ctx is not None else None
     if peers is None:
-        async with asyncio.timeout(seconds):
+        async with asyncio.timeout(own or REQUEST_DEADLINE):
             return await handler(request)
-    limit = seconds if own is not False else HARD_LIMIT
+    limit = own or HARD_LIMIT
     loop = asyncio.get_running_loop()
     began = loop.time()
     async with asyncio.timeout(None) as scope:
