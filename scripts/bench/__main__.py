@@ -35,7 +35,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from scripts.bench.cluster import ROOT, BenchCluster, dump, fresh_database, service_env
 from scripts.bench.containers import containers_phase
-from scripts.bench.creates import cpu_seconds, cpu_used, manager_pids
+from scripts.bench.creates import cpu_seconds, cpu_used
 from scripts.bench.cycle import cycle_cost
 from scripts.bench.deployments import HEALTH, deployments_phase
 from scripts.bench.load import burst, hold_agents, milestones, steady, wait_until
@@ -74,7 +74,7 @@ async def one_round(
             await observer.start()
         idle_s = env_int("BENCH_IDLE_SECONDS", 60)
         if idle_s > 0:  # the fleet registered, nothing else to do: what the manager costs at rest
-            pids = manager_pids(int(cluster.api.rsplit(":", 1)[1]))
+            pids = cluster.manager_pids()  # every worker (the port shows only those listening yet)
             before = cpu_seconds(pids)
             await asyncio.sleep(idle_s)
             out["idle_manager_cpu_s_per_min"] = cpu_used(before, cpu_seconds(pids)) * 60 / idle_s

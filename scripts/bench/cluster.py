@@ -80,19 +80,22 @@ class BenchCluster:
         except HarnessError as exc:
             raise RuntimeError(f"cluster did not come up; see {self.logdir}: {exc}") from exc
 
-    def manager_rss_mib(self) -> list[float]:
-        """Resident memory of each manager worker process (MiB): the manager and its children."""
+    def manager_pids(self) -> list[int]:
+        """The manager's processes: the one started and its workers (its children). Read from the
+        process tree, not from who listens on the port: a worker that is still starting counts."""
         proc = self.cluster.manager.proc
         if proc is None:
             return []
-        pids = [proc.pid]
         try:
             children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
         except OSError:
             children = []
-        pids += [int(c) for c in children]
+        return [proc.pid, *(int(c) for c in children)]
+
+    def manager_rss_mib(self) -> list[float]:
+        """Resident memory of each manager worker process (MiB): the manager and its children."""
         out = []
-        for pid in pids:
+        for pid in self.manager_pids():
             try:
                 status = Path(f"/proc/{pid}/status").read_text()
             except OSError:

@@ -25,14 +25,6 @@ def env_int(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
 
 
-def manager_pids(port: int) -> list[int]:
-    """The manager processes listening on the API port (both workers share it)."""
-    out = subprocess.run(["ss", "-ltnpH", f"sport = :{port}"], capture_output=True, text=True, check=False)
-    return sorted(
-        {int(p.split("=")[1]) for p in out.stdout.replace(",", " ").split() if p.startswith("pid=")}
-    )
-
-
 def cpu_seconds(pids: list[int]) -> dict[int, float]:
     """User + system CPU time of each of these processes so far (one that ended is left out)."""
     out = {}
@@ -59,7 +51,7 @@ def processes(cluster: BenchCluster) -> dict[str, list[int]]:
     )
     fleet = subprocess.run(["pgrep", "-f", "sokovan agent --id bench"], capture_output=True, text=True)
     return {
-        "manager": manager_pids(int(cluster.api.rsplit(":", 1)[1])),
+        "manager": cluster.manager_pids(),
         "load_generator": [os.getpid()],
         "postgres": [int(p) for p in backends.stdout.split()],
         "fleet": [int(p) for p in fleet.stdout.split()],
@@ -69,7 +61,7 @@ def processes(cluster: BenchCluster) -> dict[str, list[int]]:
 def start_profilers(cluster: BenchCluster) -> list[subprocess.Popen[bytes]]:
     spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
     out = []
-    for pid in manager_pids(int(cluster.api.rsplit(":", 1)[1])):
+    for pid in cluster.manager_pids():
         path = cluster.logdir / f"profile-{pid}.txt"
         args = [spy, "record", "-r", "200", "-f", "raw", "-o", str(path), "-p", str(pid)]
         out.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))

@@ -3,8 +3,10 @@ poll every second (with `If-None-Match`, as a dashboard would), in a process of 
 its cost lands on the manager and not on the load generator's event loop.
 
 `Observer(api, token).start()` runs `python -m scripts.bench.observer` for the phase; `stop()`
-ends it and returns what it saw: events and bytes read, the polls' latency (p50, p99, max, ms) and
-how many of them were 304s. BENCH_OBSERVER=0 runs the phases unwatched.
+ends it and returns what it saw: events and bytes read, the page reads' latency (p50, p99, max, ms),
+how many of them were 304s and how many failed (an answer other than 200 or 304 counts as failed).
+The poller keeps each page's tag and next cursor, as a dashboard keeps what it shows.
+BENCH_OBSERVER=0 runs the phases unwatched.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import aiohttp
 
 ROOT = Path(__file__).resolve().parents[2]
 POLL_EVERY = 1.0
+PAGE = 500  # the most a page of GET /v2/agents holds
 
 
 class Observer:
@@ -75,18 +78,38 @@ async def _watch(api: str, token: str, stop: asyncio.Event) -> dict[str, Any]:
             except (TimeoutError, aiohttp.ClientError):
                 await asyncio.sleep(0.5)
 
+    async def read_page(
+        http: aiohttp.ClientSession, query: str, held: dict[str, tuple[str, str | None]]
+    ) -> str | None:
+        """One page, sent with the tag it had last time; the next page's cursor (the one the page
+        held last time when it is unchanged)."""
+        began = time.perf_counter()
+        tag, last_cursor = held.get(query, ("", None))
+        wanted = {**headers, "If-None-Match": tag} if tag else headers
+        async with http.get(f"{api}/v2/agents?{query}", headers=wanted) as resp:
+            body = await resp.read()
+            latencies.append(time.perf_counter() - began)
+            seen["polls"] += 1
+            if resp.status == 304:
+                seen["not_modified"] += 1
+                return last_cursor
+            if resp.status != 200:
+                seen["poll_errors"] += 1
+                return None
+            cursor: str | None = json.loads(body).get("next_cursor")
+            held[query] = (resp.headers.get("ETag", ""), cursor)
+            return cursor
+
     async def poll_agents(http: aiohttp.ClientSession) -> None:
-        tag = ""
+        """Every agent, page by page (500 each, the most a page holds), once a second."""
+        held: dict[str, tuple[str, str | None]] = {}  # per page: its tag and next cursor
         while not stop.is_set():
             began = time.perf_counter()
+            query: str | None = f"limit={PAGE}"
             try:
-                wanted = {**headers, "If-None-Match": tag} if tag else headers
-                async with http.get(f"{api}/v2/agents?limit=1000", headers=wanted) as resp:
-                    await resp.read()
-                    latencies.append(time.perf_counter() - began)
-                    seen["polls"] += 1
-                    seen["not_modified"] += resp.status == 304
-                    tag = resp.headers.get("ETag", tag)
+                while query is not None:
+                    cursor = await read_page(http, query, held)
+                    query = f"limit={PAGE}&cursor={cursor}" if cursor else None
             except (TimeoutError, aiohttp.ClientError):
                 seen["poll_errors"] += 1
             await asyncio.sleep(max(0.0, POLL_EVERY - (time.perf_counter() - began)))

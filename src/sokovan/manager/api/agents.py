@@ -25,8 +25,9 @@ from sokovan.manager.api.admin_schemas import (
     AgentList,
     AgentOut,
 )
+from sokovan.manager.api.agent_pages import AgentPages
 from sokovan.manager.api.auth import CTX_KEY, principal_of, require_admin
-from sokovan.manager.api.common import PAGING, found, json_response, query_csv, read_page
+from sokovan.manager.api.common import PAGING, found, json_response, query_csv, query_limit, read_page
 from sokovan.manager.api.openapi import Param, Route
 from sokovan.manager.api.problems import Problem, not_found, parse_body
 from sokovan.manager.api.redact import shown_info
@@ -37,11 +38,14 @@ from sokovan.manager.repositories.tenancy import Principal
 
 M = TypeVar("M", bound=BaseModel)
 NODES_KEY = web.AppKey("node_controller", NodeController)
+PAGES_KEY = web.AppKey("agent_pages", AgentPages)
 
 
 def setup(app: web.Application) -> None:
-    """The node controller the action routes use (the app's context must be set)."""
+    """The node controller the action routes use (the app's context must be set), and the cache
+    the list's pages are rendered from."""
     app[NODES_KEY] = NodeController(app[CTX_KEY])
+    app[PAGES_KEY] = AgentPages()
 
 
 def _shown(agent: AgentOut, principal: Principal) -> AgentOut:
@@ -61,12 +65,12 @@ async def list_agents(request: web.Request) -> web.Response:
     if bad:
         raise Problem(400, "Bad query parameter", f"unknown agent status: {', '.join(bad)}")
     flt = agents_read.AgentFilter(statuses=statuses, scaling_group=request.query.get("scaling_group") or None)
+    limit, cursor = query_limit(request), request.query.get("cursor") or None
     async with request.app[CTX_KEY].engine.connect() as conn:
-        items, cursor = await read_page(
-            request, lambda limit, after: agents_read.list_agents(conn, flt, limit, after)
-        )
-    shown = [_shown(AgentOut.model_validate(i), principal) for i in items]
-    return json_response(AgentList(items=shown, next_cursor=cursor))
+        try:
+            return await request.app[PAGES_KEY].page(request, conn, principal, flt, limit, cursor)
+        except ValueError as exc:
+            raise Problem(400, "Bad query parameter", f"cursor: {exc}") from exc
 
 
 async def _view(request: web.Request, agent_id: str) -> AgentOut:

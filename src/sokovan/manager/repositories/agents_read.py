@@ -16,7 +16,7 @@ from sokovan.common.image_refs import split_stored
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus
 from sokovan.db.models import Agent, AgentHistory
-from sokovan.manager.repositories.paging import decode_cursor, encode_cursor, page_after_key
+from sokovan.manager.repositories.paging import decode_cursor, encode_cursor
 from sokovan.state.occupancy import agent_occupancy
 
 _COLUMNS = (
@@ -87,17 +87,12 @@ async def get_agent(conn: AsyncConnection, agent_id: str) -> dict[str, Any] | No
     return views[0] if views else None
 
 
-async def list_agents(
-    conn: AsyncConnection, flt: AgentFilter, limit: int, cursor: str | None
-) -> tuple[list[dict[str, Any]], str | None]:
-    """By id; `cursor` continues after the last id of the previous page."""
-    query = select(*_COLUMNS)
-    if flt.statuses:
-        query = query.where(Agent.status.in_(flt.statuses))
-    if flt.scaling_group is not None:
-        query = query.where(Agent.scaling_group == flt.scaling_group)
-    rows, next_cursor = await page_after_key(conn, query, Agent.id, "id", str, limit, cursor)
-    return await _views(conn, rows), next_cursor
+async def get_agents(conn: AsyncConnection, agent_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """The views of these agents (those that exist), in no particular order."""
+    if not agent_ids:
+        return []
+    rows = (await conn.execute(select(*_COLUMNS).where(Agent.id.in_(list(agent_ids))))).all()
+    return await _views(conn, rows)
 
 
 async def agent_exists(conn: AsyncConnection, agent_id: str) -> bool:

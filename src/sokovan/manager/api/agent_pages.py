@@ -1,0 +1,129 @@
+"""`GET /v2/agents` pages from a cache of rendered entries, and their weak `ETag`.
+
+A dashboard polls the fleet every second or so, and 1,000 agents are two pages of 500. Each
+request first reads the page's marks (`repositories.agent_marks`: two digests per agent, one
+statement); an agent whose marks are the ones this worker rendered last keeps its rendered JSON,
+and only the others are read whole and rendered again. The page is then the cached entries
+joined, byte for byte what `AgentList.model_dump_json()` would give.
+
+The `ETag` is weak: it names the page's agents with their `state` marks (everything shown but the
+heartbeat's own fields), the next cursor, the query, who asks (a user is shown less), and the
+current `BEAT_EPOCH_S` window of the clock. So a poller that sends `If-None-Match` gets `304` (and
+costs the marks statement only) while nothing but heartbeats changed in the fleet, and a fresh page
+whenever an agent's status, slots, occupancy or settings change, or a new window begins: the
+`last_heartbeat_at` it holds is then at most that much behind. Workers agree on the tag, as it is
+made only of what PostgreSQL holds and the clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from sokovan.manager.api.admin_schemas import AgentOut
+from sokovan.manager.api.conditional import names_match
+from sokovan.manager.api.redact import shown_info
+from sokovan.manager.repositories import agents_read
+from sokovan.manager.repositories.agent_marks import AgentMark, page_marks
+from sokovan.manager.repositories.tenancy import Principal
+
+BEAT_EPOCH_S = 10.0  # a 304 holds back heartbeat fields at most this long (the default interval)
+MAX_ENTRIES = 50_000  # rendered agents kept per worker; past it the cache starts over
+
+
+@dataclass
+class _Entry:
+    state: str
+    beat: str
+    agent: AgentOut
+    admin_json: bytes
+    user_json: bytes | None = None  # the entry as any user sees it, where that is the same for all
+    per_user: bool = field(default=False)  # status_info names access keys: redacted per caller
+
+
+def _names_access_keys(value: object) -> bool:
+    if isinstance(value, dict):
+        return any(
+            (isinstance(k, str) and k.lower().endswith("access_key")) or _names_access_keys(v)
+            for k, v in value.items()
+        )
+    if isinstance(value, list):
+        return any(_names_access_keys(v) for v in value)
+    return False
+
+
+def _for_user(agent: AgentOut, principal: Principal) -> bytes:
+    info = shown_info(agent.status_info, principal)
+    return agent.model_copy(update={"rpc_addr": None, "status_info": info}).model_dump_json().encode()
+
+
+class AgentPages:
+    """One worker's rendered agents; `page()` answers one `GET /v2/agents`."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, _Entry] = {}
+
+    def _json(self, entry: _Entry, principal: Principal) -> bytes:
+        if principal.is_admin:
+            return entry.admin_json
+        if entry.per_user:
+            return _for_user(entry.agent, principal)
+        if entry.user_json is None:
+            entry.user_json = _for_user(entry.agent, principal)
+        return entry.user_json
+
+    async def _refresh(self, conn: AsyncConnection, marks: list[AgentMark]) -> None:
+        held = self._entries
+        stale = [m for m in marks if (e := held.get(m.id)) is None or (e.state, e.beat) != (m.state, m.beat)]
+        if len(self._entries) + len(stale) > MAX_ENTRIES:
+            self._entries.clear()
+            stale = marks
+        if not stale:
+            return
+        by_id = {m.id: m for m in stale}
+        for view in await agents_read.get_agents(conn, list(by_id)):
+            agent = AgentOut.model_validate(view)
+            mark = by_id[agent.id]
+            self._entries[agent.id] = _Entry(
+                state=mark.state,
+                beat=mark.beat,
+                agent=agent,
+                admin_json=agent.model_dump_json().encode(),
+                per_user=_names_access_keys(agent.status_info),
+            )
+
+    @staticmethod
+    def tag(request: web.Request, principal: Principal, marks: list[AgentMark], cursor: str | None) -> str:
+        digest = hashlib.blake2b(digest_size=16)
+        who = "admin" if principal.is_admin else f"user:{principal.access_key}"
+        window = int(time.time() // BEAT_EPOCH_S)
+        digest.update(f"agents|{who}|{request.query_string}|{cursor}|{window}".encode())
+        for mark in marks:
+            digest.update(f"|{mark.id}:{mark.state}".encode())
+        return 'W/"' + digest.hexdigest() + '"'
+
+    async def page(
+        self,
+        request: web.Request,
+        conn: AsyncConnection,
+        principal: Principal,
+        flt: agents_read.AgentFilter,
+        limit: int,
+        cursor: str | None,
+    ) -> web.Response:
+        """The page, or 304 when the request's `If-None-Match` names its tag. A cursor the marks
+        cannot read raises ValueError."""
+        marks, next_cursor = await page_marks(conn, flt, limit, cursor)
+        tag = self.tag(request, principal, marks, next_cursor)
+        wanted = request.headers.get("If-None-Match")
+        if wanted is not None and names_match(wanted, tag):
+            return web.Response(status=304, headers={"ETag": tag})
+        await self._refresh(conn, marks)
+        items = b",".join(self._json(self._entries[m.id], principal) for m in marks if m.id in self._entries)
+        body = b'{"items":[' + items + b'],"next_cursor":' + json.dumps(next_cursor).encode() + b"}"
+        return web.Response(body=body, content_type="application/json", headers={"ETag": tag})

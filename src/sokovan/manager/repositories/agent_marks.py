@@ -1,0 +1,75 @@
+"""Marks of agents for the cached `GET /v2/agents` pages (`manager/api/agent_pages.py`): per agent,
+a mark of everything its page entry shows except its heartbeat (`state`) and one of the
+heartbeat's own fields (`beat`), from one statement that reads each agent's row
+and, through `ix_kernels_agent_status`, its live kernels only. A page whose marks are the ones a
+worker has already rendered costs that statement and nothing else; it never grows with how many
+sessions the cluster has run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from sokovan.manager.repositories.agents_read import AgentFilter
+from sokovan.manager.repositories.paging import decode_cursor, encode_cursor
+from sokovan.state.occupancy import slot_holding
+
+# Every column `agents_read._view` shows, split into the heartbeat's own and the rest; a kernel's id
+# and slots stand for what it holds (the occupancy and the kernel count are derived from them). The
+# timestamps come back as they are (formatting them as text for the digest cost PostgreSQL more than
+# the rest of the statement); `hashtextextended` is PostgreSQL's own 64-bit string hash, a few
+# times cheaper than md5 and as good for telling a change (a digest, not a secret). The page is
+# picked first, so only its rows are hashed, whichever plan PostgreSQL picks for the paging.
+_MARKS = """
+    SELECT a.id, a.status_changed_at, a.heartbeat_seq, a.last_heartbeat_at,
+           hashtextextended(a.health::text, 0) AS health,
+           hashtextextended(concat_ws('|', a.status, a.status_info::text, a.agent_class,
+                            a.scaling_group, a.available_slots::text, a.boot_id, a.rejected_beats,
+                            a.disabled, a.schedulable, a.images::text, a.rpc_addr, a.backend, (
+                SELECT string_agg(k.id::text || k.occupied_slots::text, ',' ORDER BY k.id)
+                FROM kernels k WHERE k.agent_id = a.id AND k.status = ANY(:live))), 0) AS state
+    FROM (
+        SELECT * FROM agents a WHERE a.id > :after {statuses} {group} ORDER BY a.id LIMIT :limit
+    ) a
+    ORDER BY a.id
+"""
+
+
+@dataclass(frozen=True)
+class AgentMark:
+    id: str
+    state: str  # what the entry shows but the heartbeat's fields, as a hash and a time
+    beat: str  # last_heartbeat_at, heartbeat_seq and a hash of health
+
+
+async def page_marks(
+    conn: AsyncConnection, flt: AgentFilter, limit: int, cursor: str | None
+) -> tuple[list[AgentMark], str | None]:
+    """The marks of one page of agents by id (the page `agents_read.list_agents` would give) and
+    the cursor of the next page; a cursor it cannot read is a ValueError."""
+    after = ""
+    if cursor is not None:
+        key = decode_cursor(cursor).get("id")
+        if not isinstance(key, str):
+            raise ValueError("malformed cursor")
+        after = key
+    params: dict[str, object] = {"live": slot_holding(), "after": after, "limit": limit + 1}
+    statuses = group = ""
+    if flt.statuses:
+        statuses, params["statuses"] = "AND a.status = ANY(:statuses)", list(flt.statuses)
+    if flt.scaling_group is not None:
+        group, params["group"] = "AND a.scaling_group = :group", flt.scaling_group
+    rows = (await conn.execute(text(_MARKS.format(statuses=statuses, group=group)), params)).all()
+    marks = [
+        AgentMark(
+            str(r.id),
+            f"{r.state}/{r.status_changed_at.timestamp()}",
+            f"{r.heartbeat_seq}/{r.last_heartbeat_at.timestamp() if r.last_heartbeat_at else ''}/{r.health}",
+        )
+        for r in rows[:limit]
+    ]
+    more = len(rows) > limit
+    return marks, encode_cursor({"id": marks[-1].id}) if more and marks else None
