@@ -18,7 +18,8 @@ app proxy's throughput and added latency against calling a replica directly;
 BENCH_SERVING_CONCURRENCY, BENCH_SERVING_SECONDS). Prints one JSON document
 and writes it to .dev/bench/result.json.
 
-Each round: a steady run (and a light one), then (on the emptied cluster, with an app proxy) the
+Each round: a steady run (with where its time goes: each hop's p50 and each lane's cycles,
+scripts/bench/hops.py) (and a light one), then (on the emptied cluster, with an app proxy) the
 deployments phase of scripts/bench/deployments.py, then the burst, then (with every burst session RUNNING) the
 node-failure phase of scripts/bench/node_failure.py.
 """
@@ -38,16 +39,23 @@ from scripts.bench.containers import containers_phase
 from scripts.bench.creates import cpu_seconds, cpu_used
 from scripts.bench.cycle import cycle_cost
 from scripts.bench.deployments import HEALTH, deployments_phase
+from scripts.bench.hops import LaneCycles, hop_table
 from scripts.bench.load import burst, hold_agents, milestones, steady, wait_until
 from scripts.bench.node_failure import RETRY_DEFAULT, TIMINGS, node_failure_phase
 from scripts.bench.observer import Observer
 from scripts.bench.partitions import partitions_phase
 from scripts.bench.serving import serving_phase
 from scripts.bench.serving import settings as serving_settings
+from sokovan.manager.workers import auto_workers
 
 
 def env_int(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
+
+
+def worker_count(workers: str) -> int:
+    """How many workers `sokovan manager --workers <workers>` runs here."""
+    return auto_workers() if workers == "auto" else int(workers)
 
 
 async def one_round(
@@ -79,11 +87,15 @@ async def one_round(
             await asyncio.sleep(idle_s)
             out["idle_manager_cpu_s_per_min"] = cpu_used(before, cpu_seconds(pids)) * 60 / idle_s
         # Steady run first, with short sessions, so the burst starts on an empty cluster.
+        lanes = LaneCycles(cluster.api, worker_count(workers))
+        await lanes.start()
         ids = await steady(cluster.api, cluster.token, rate, steady_s, "sleep 1")
         await wait_until(cluster.engine, ids, ("TERMINATED",), within=300)
+        out.update({f"steady_{k}": v for k, v in (await lanes.stop()).items()})
         m = await milestones(cluster.engine, ids)
         out["steady_create_to_running_p50_ms"] = m["create_to_running_p50_ms"]
         out["steady_create_to_running_p99_ms"] = m["create_to_running_p99_ms"]
+        out.update({f"steady_{k}": v for k, v in (await hop_table(cluster.engine, ids)).items()})
         if low_rate > 0:
             ids = await steady(cluster.api, cluster.token, low_rate, steady_s, "sleep 1")
             await wait_until(cluster.engine, ids, ("TERMINATED",), within=300)

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from sokovan.agent.daemon import AgentConfig, AgentDaemon
 from sokovan.agent.hollow import HollowConfig, HollowFleet
 from sokovan.agent.images import ImageCatalog, ImageEnv
-from sokovan.bus.streams import stream_key
+from sokovan.bus.streams import beats_key, stream_key
 from sokovan.common.events import AgentEvent, decode_event
 from sokovan.common.rpc import AgentRPCClient, KernelSpec, signed_headers
 from sokovan.common.settings import Settings
@@ -31,25 +31,33 @@ class Empty(BaseModel):
     """The body of a `ping`."""
 
 
+def _entry_order(entry_id: bytes) -> tuple[int, int]:
+    ms, _, seq = entry_id.decode().partition("-")
+    return int(ms), int(seq or 0)
+
+
 class AgentEvents:
-    """The events one agent (or, with `agent_id=None`, every agent) put on the stream, in order."""
+    """The events one agent (or, with `agent_id=None`, every agent) put on the streams (its events'
+    and its heartbeats'), in the order Redis took them."""
 
     def __init__(self, redis: aioredis.Redis, settings: Settings, agent_id: str | None) -> None:
         self._redis = redis
-        self._key = stream_key(settings.etcd_prefix)
+        self._last = {stream_key(settings.etcd_prefix): "0-0", beats_key(settings.etcd_prefix): "0-0"}
         self._secret = settings.cluster_secret or ""
         self._agent_id = agent_id
-        self._last = "0-0"
         self.seen: list[AgentEvent] = []
 
     async def poll(self) -> None:
-        reply: Any = await self._redis.xread({self._key: self._last}, count=1000, block=100)
-        for _stream, entries in reply or []:
+        reply: Any = await self._redis.xread(dict(self._last), count=1000, block=100)
+        read: list[tuple[bytes, dict[Any, Any]]] = []
+        for stream, entries in reply or []:
             for entry_id, fields in entries:
-                self._last = entry_id.decode()
-                event = decode_event(fields, self._secret)
-                if self._agent_id is None or event.agent_id == self._agent_id:
-                    self.seen.append(event)
+                self._last[stream.decode()] = entry_id.decode()
+                read.append((entry_id, fields))
+        for _, fields in sorted(read, key=lambda entry: _entry_order(entry[0])):
+            event = decode_event(fields, self._secret)
+            if self._agent_id is None or event.agent_id == self._agent_id:
+                self.seen.append(event)
 
     async def wait_for(self, predicate: Callable[[AgentEvent], bool], within: float = WAIT) -> AgentEvent:
         """The first event (of all seen so far) that matches, waiting for it if needed."""

@@ -3,7 +3,9 @@
 Emitting is synchronous and cheap (the event is encoded at once); it is signed (`seal`) when it
 is published, so an event held through a long Redis outage still carries a fresh time. One task
 publishes whatever has accumulated as one pipeline of `XADD`s, so a hollow fleet of a thousand
-agents costs one Redis round trip per batch, not one per event. A batch that fails (Redis
+agents costs one Redis round trip per batch, not one per event. Heartbeats go to a stream of their
+own (`bus.streams.beats_key`), read in batches, all but each agent's first (its registration),
+which goes with the events. A batch that fails (Redis
 unreachable) is retried whole until Redis takes it: delivery is at least once, and the order of
 emission is kept, so the manager sees an agent's registration before its kernel events and a
 kernel's KernelRunning before its KernelTerminated.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -35,7 +38,7 @@ from pydantic import BaseModel
 from redis.exceptions import RedisError
 
 from sokovan.agent import answers
-from sokovan.bus.streams import MAXLEN, stream_key
+from sokovan.bus.streams import MAXLEN, beats_key, stream_key
 from sokovan.common.events import KERNEL_EVENT_TYPES, AgentHeartbeat, AgentStopping, seal
 
 log = structlog.get_logger(__name__)
@@ -116,6 +119,8 @@ class EventOutbox:
     ) -> None:
         self._redis = redis
         self._key = stream_key(prefix)
+        self._beats_key = beats_key(prefix)
+        self._announced: set[str] = set()  # agents whose registration beat went out
         self._secret = secret
         self._max_batch = max_batch
         self._pending: collections.deque[tuple[str, str]] = collections.deque()  # (name, event JSON)
@@ -171,12 +176,25 @@ class EventOutbox:
         """Events not published yet (pending and in flight)."""
         return len(self._pending) + self._in_flight
 
-    async def publish_many(self, entries: list[dict[str, str]]) -> None:
-        """One pipeline (no transaction) of `XADD`s, in order; raises if Redis did not take them."""
+    def _stream_of(self, name: str, data: str) -> str:
+        """Where an event goes: a heartbeat to the heartbeats' stream, except an agent's first
+        from this outbox (its registration), which goes with the events so that the manager has it
+        before any of the agent's kernel events; every other event to the events' stream."""
+        if name != HEARTBEAT:
+            return self._key
+        agent_id = str(json.loads(data).get("agent_id", ""))
+        if agent_id in self._announced:
+            return self._beats_key
+        self._announced.add(agent_id)
+        return self._key
+
+    async def publish_many(self, entries: list[tuple[str, dict[str, str]]]) -> None:
+        """One pipeline (no transaction) of `XADD`s of (stream, fields), in order; raises if Redis
+        did not take them."""
         async with self._redis.pipeline(transaction=False) as pipe:
-            for fields in entries:
+            for key, fields in entries:
                 data: Any = fields
-                pipe.xadd(self._key, data, maxlen=MAXLEN, approximate=True)
+                pipe.xadd(key, data, maxlen=MAXLEN, approximate=True)
             await pipe.execute()
 
     async def run(self) -> None:
@@ -190,11 +208,13 @@ class EventOutbox:
             taken = [self._pending.popleft() for _ in range(count)]  # drops never touch a batch in flight
             self._heartbeats -= sum(name == HEARTBEAT for name, _ in taken)
             self._in_flight = count
+            streams = [self._stream_of(name, data) for name, data in taken]
             delay = 0.1
             while True:
                 try:
                     # Signed at each attempt: the time in the signature is when Redis got it.
-                    await self.publish_many([seal(data, self._secret) for _, data in taken])
+                    sealed = [seal(data, self._secret) for _, data in taken]
+                    await self.publish_many(list(zip(streams, sealed, strict=True)))
                     if any(name == HEARTBEAT for name, _ in taken):
                         self.last_heartbeat_at = time.monotonic()
                     break

@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.bus.hints import Hint, HintPublisher, listen_hints
 from sokovan.bus.routing import RoutingBus
-from sokovan.bus.streams import EventConsumer, consumer_backlog
+from sokovan.bus.streams import EventConsumer, beats_key, consumer_backlog
 from sokovan.bus.user_events import UserEventPublisher
 from sokovan.common import eventloop
 from sokovan.common.lifecycle import stop_on_signals
@@ -56,9 +56,12 @@ REDIS_CONNECT_TIMEOUT = 3.0
 # A pub/sub read has its own, shorter timeout and is not bound by this.
 REDIS_TIMEOUT = 10.0
 ETCD_TIMEOUT = 5  # seconds per etcd call
-# Heartbeats read within this long are written together (`bus.streams`): an agent's liveness is
-# judged over seconds, and one transaction per beat cost a fleet of a thousand a fifth of a core.
+# Heartbeats read from the events' stream (agents of an older build) within this long are written
+# together (`bus.streams`): one transaction per beat cost a fleet of a thousand a fifth of a core.
 BEAT_WINDOW = 0.1
+# The heartbeats' own stream is read at most this often (`bus.streams`): a fleet's beats then come
+# in batches, and an agent's liveness is judged over seconds.
+BEATS_PACE = 0.25
 
 
 class ManagerFailed(RuntimeError):
@@ -166,14 +169,26 @@ async def _serve_until_stopped(
         worker=worker_of(os.environ.get(WORKER_ENV)),
         watch=watch,
     )
+    dispatcher = EventDispatcher(engine, hints, events, follow=orchestrator.follow_kernels)
+    consumer_name = f"{socket.gethostname()}-{os.getpid()}"
     consumer = EventConsumer(
         redis,
         settings.etcd_prefix,
         settings.cluster_secret,
-        consumer=f"{socket.gethostname()}-{os.getpid()}",
-        handler=EventDispatcher(engine, hints, events, follow=orchestrator.follow_kernels),
+        consumer=consumer_name,
+        handler=dispatcher,
         on_read=watch.report,
         beat_window=BEAT_WINDOW,
+    )
+    beats = EventConsumer(
+        redis,
+        settings.etcd_prefix,
+        settings.cluster_secret,
+        consumer=consumer_name,
+        handler=dispatcher,
+        on_read=watch.report,
+        key=beats_key(settings.etcd_prefix),
+        pace=BEATS_PACE,
     )
     runner = web.AppRunner(create_app(ctx, config), access_log=None)
     await runner.setup()
@@ -188,6 +203,7 @@ async def _serve_until_stopped(
     background: dict[str, Callable[[asyncio.Event], Awaitable[None]]] = {
         "orchestrator": orchestrator.run,
         "event-consumer": consumer.run,
+        "heartbeat-consumer": beats.run,
         "config-watcher": watcher.run,
         "hints": functools.partial(listen_hints, redis, settings.etcd_prefix, _on_hint(ctx, orchestrator)),
         "peer-watch": peers.run,

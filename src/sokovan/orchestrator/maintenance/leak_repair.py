@@ -27,14 +27,17 @@ log = structlog.get_logger(__name__)
 
 
 # Kernels an agent's latest heartbeat still reports running although they ended (or never existed)
-# before that heartbeat: orphaned processes holding the agent's real resources.
+# before that heartbeat was sent: orphaned processes holding the agent's real resources. "Sent" is
+# the time the agent signed it (within the bus's skew of Redis's clock), not when the manager
+# applied it: heartbeats are read in batches, and one sent just before its kernel ended may be
+# applied after the kernel's end was.
 _ORPHANS = text(
     """
     SELECT a.id AS agent_id, a.rpc_addr, r.kid
     FROM agents a CROSS JOIN LATERAL jsonb_array_elements_text(a.running_kernels) AS r(kid)
     LEFT JOIN kernels k ON CAST(k.id AS text) = r.kid
     WHERE a.status = ANY(CAST(:reporting AS text[]))
-      AND (k.id IS NULL OR (k.status = ANY(CAST(:ended AS text[])) AND k.terminated_at < a.last_heartbeat_at))
+      AND (k.id IS NULL OR (k.status = ANY(CAST(:ended AS text[])) AND k.terminated_at < COALESCE(a.heartbeat_signed_at, a.last_heartbeat_at)))
     """
 )
 
