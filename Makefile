@@ -58,6 +58,7 @@ services-status:
 
 test-tools:
 	scripts/test-tools.sh
+	scripts/bai-client.sh
 
 lint: venv
 	$(BIN)/ruff check $(LINT_PATHS)

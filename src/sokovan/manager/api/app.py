@@ -26,6 +26,7 @@ from sokovan.manager.api import (
 )
 from sokovan.manager.api.auth import CTX_KEY, auth_middleware
 from sokovan.manager.api.common import CONTROLLER_KEY, DEPLOYMENTS_KEY
+from sokovan.manager.api.compat import compat_routes
 from sokovan.manager.api.conditional import conditional_middleware
 from sokovan.manager.api.deadline import deadline_middleware
 from sokovan.manager.api.openapi import Route, build_document
@@ -108,7 +109,7 @@ def create_app(ctx: ManagerContext, cluster_config: ClusterConfig | None = None)
     agents.setup(app)
     routes = all_routes()
     app[OPENAPI_KEY] = build_document(routes, _version())
-    for route in routes:
+    for route in [*routes, *compat_routes()]:
         app.router.add_route(route.method, route.path, route.handler)
     console.setup(app)
     app.router.add_get("/", root)

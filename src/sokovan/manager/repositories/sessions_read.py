@@ -37,6 +37,49 @@ class SessionFilter:
     statuses: Sequence[str] = ()
     types: Sequence[str] = ()
     owner: str | None = None
+    access_key: str | None = None
+    domain_name: str | None = None
+    project_id: uuid.UUID | None = None
+
+
+def _filtered(query: Select[Any], principal: Principal, flt: SessionFilter) -> Select[Any]:
+    """`query` (which joins `User` on the session's owner) narrowed to what `principal` may see and
+    `flt` asks for."""
+    query = query.where(visible(principal))
+    if flt.statuses:
+        query = query.where(Session.status.in_(flt.statuses))
+    if flt.types:
+        query = query.where(Session.type.in_(flt.types))
+    if flt.owner is not None:
+        query = query.where(User.name == flt.owner)
+    if flt.access_key is not None:
+        query = query.where(Session.access_key == flt.access_key)
+    if flt.domain_name is not None:
+        query = query.where(Session.domain_name == flt.domain_name)
+    if flt.project_id is not None:
+        query = query.where(Session.project_id == flt.project_id)
+    return query
+
+
+# What an offset page may be ordered by (Backend.AI's names), besides its default, newest first.
+ORDERABLE: dict[str, Any] = {
+    "id": Session.id,
+    "name": Session.name,
+    "type": Session.type,
+    "priority": Session.priority,
+    "image": Session.image,
+    "access_key": Session.access_key,
+    "user_email": User.name,
+    "domain_name": Session.domain_name,
+    "scaling_group": Session.scaling_group,
+    "cluster_mode": Session.cluster_mode,
+    "cluster_size": Session.cluster_size,
+    "status": Session.status,
+    "status_changed": Session.status_changed_at,
+    "result": Session.result,
+    "created_at": Session.created_at,
+    "terminated_at": Session.terminated_at,
+}
 
 
 # -- sessions ---------------------------------------------------------------------------------
@@ -113,17 +156,42 @@ async def list_sessions(
     conn: AsyncConnection, principal: Principal, flt: SessionFilter, limit: int, cursor: str | None
 ) -> tuple[list[dict[str, Any]], str | None]:
     """Newest first; `cursor` continues after the last item of the previous page."""
-    query = _session_query().where(visible(principal))
-    if flt.statuses:
-        query = query.where(Session.status.in_(flt.statuses))
-    if flt.types:
-        query = query.where(Session.type.in_(flt.types))
-    if flt.owner is not None:
-        query = query.where(User.name == flt.owner)
+    query = _filtered(_session_query(), principal, flt)
     rows, next_cursor = await page_by_time(
         conn, query, Session.created_at, Session.id, limit, cursor, newest_first=True
     )
     return await _views(conn, rows), next_cursor
+
+
+async def page_sessions(
+    conn: AsyncConnection,
+    principal: Principal,
+    flt: SessionFilter,
+    limit: int,
+    offset: int,
+    order: Sequence[tuple[str, bool]] = (),
+) -> tuple[list[dict[str, Any]], int]:
+    """One page by offset and how many sessions match in all (Backend.AI's GraphQL lists page so).
+    `order`: (a name in `ORDERABLE`, descending) pairs; newest first when empty, the id last."""
+    count = _filtered(
+        select(func.count()).select_from(Session).join(User, User.id == Session.user_id), principal, flt
+    )
+    total = int((await conn.execute(count)).scalar_one())
+    keys = [ORDERABLE[name].desc() if desc else ORDERABLE[name].asc() for name, desc in order]
+    keys = keys or [Session.created_at.desc()]
+    query = _filtered(_session_query(), principal, flt).order_by(*keys, Session.id.desc())
+    rows = (await conn.execute(query.limit(limit).offset(offset))).all() if offset < total else []
+    return await _views(conn, rows), total
+
+
+async def sessions_by_ids(
+    conn: AsyncConnection, ids: Sequence[uuid.UUID], principal: Principal
+) -> list[dict[str, Any]]:
+    """The sessions of `ids` that `principal` may see, in no particular order."""
+    if not ids:
+        return []
+    rows = (await conn.execute(_session_query().where(Session.id.in_(ids), visible(principal)))).all()
+    return await _views(conn, rows)
 
 
 async def _views(conn: AsyncConnection, rows: Sequence[Any]) -> list[dict[str, Any]]:

@@ -37,7 +37,10 @@ _ORPHANS = text(
     FROM agents a CROSS JOIN LATERAL jsonb_array_elements_text(a.running_kernels) AS r(kid)
     LEFT JOIN kernels k ON CAST(k.id AS text) = r.kid
     WHERE a.status = ANY(CAST(:reporting AS text[]))
-      AND (k.id IS NULL OR (k.status = ANY(CAST(:ended AS text[])) AND k.terminated_at < COALESCE(a.heartbeat_signed_at, a.last_heartbeat_at)))
+      AND (k.id IS NULL OR (
+          k.status = ANY(CAST(:ended AS text[]))
+          AND k.terminated_at < COALESCE(a.heartbeat_signed_at, a.last_heartbeat_at)
+      ))
     """
 )
 

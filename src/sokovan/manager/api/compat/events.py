@@ -1,0 +1,194 @@
+"""`GET /events/session`: one session's lifecycle as the server-sent events Backend.AI's client
+reads (`session events`, `session watch`, `ComputeSession.listen_events()`).
+
+The session is named by `sessionId` or `sessionName` (or `name`), among the caller's sessions
+(`session_ref`). Sokovan's own events (`bus.user_events`, from the same hub as `/v2/events`) are
+renamed to the client's: a kernel's `kernel.status` to `kernel_creating`, `kernel_started`,
+`kernel_terminating`, `kernel_terminated` or `kernel_cancelled`; the session's `session.status`
+to `session_started`, and at its end to `session_success` or `session_failure` (with the main
+kernel's `exitCode`) or `session_cancelled`, then `session_terminated`. `scope` (`*`, `session`,
+`kernel`) picks which of the two kinds are sent. Each event's data is a JSON object with
+`sessionId`, `sessionName`, `ownerAccessKey`, `reason` and, for kernels, `kernelId`.
+
+The stream starts from the session's current state, so a client that connects late still learns
+where it is, and ends after the session's end with `event: server_close` (the client reconnects
+forever otherwise). It counts against the caller's event-stream limits like `/v2/events`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from sokovan.bus.user_event_hub import HubUnavailable
+from sokovan.bus.user_events import UserEvent
+from sokovan.common.types import SessionStatus
+from sokovan.manager.api.auth import CTX_KEY, principal_of
+from sokovan.manager.api.deadline import deadline
+from sokovan.manager.api.events import HUB_KEY, LIMITS_KEY, STREAMS_CLOSING_KEY
+from sokovan.manager.api.openapi import Route
+from sokovan.manager.api.problems import Problem
+from sokovan.manager.api.session_ref import resolve
+from sokovan.manager.api.stream_limits import unavailable
+from sokovan.manager.repositories import sessions_read
+from sokovan.manager.repositories.tenancy import Principal
+
+LIVENESS = 1.0  # seconds between checks that the client is still there
+SCOPES = frozenset({"*", "session", "kernel"})
+_KERNEL_NAMES = {
+    "CREATING": "kernel_creating",
+    "RUNNING": "kernel_started",
+    "TERMINATING": "kernel_terminating",
+    "TERMINATED": "kernel_terminated",
+    "ERROR": "kernel_terminated",
+    "CANCELLED": "kernel_cancelled",
+}
+
+
+def _frame(name: str, data: dict[str, Any]) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _exit_code(view: dict[str, Any]) -> int | None:
+    kernels = view.get("kernels") or []
+    main = next((k for k in kernels if k.get("cluster_role") == "main"), kernels[0] if kernels else None)
+    code = None if main is None else main.get("exit_code")
+    return code if isinstance(code, int) else None
+
+
+def session_events_of(view: dict[str, Any], base: dict[str, Any]) -> tuple[list[tuple[str, bytes]], bool]:
+    """What the session's current status says to the client (event names and frames), and
+    whether that is its end."""
+    status = SessionStatus(view["status"])
+    reason = (view.get("status_info") or {}).get("cause") or ""
+    data = {**base, "reason": reason}
+    terminated = ("session_terminated", _frame("session_terminated", data))
+    if status == SessionStatus.RUNNING:
+        return [("session_started", _frame("session_started", data))], False
+    if status == SessionStatus.CANCELLED:
+        return [("session_cancelled", _frame("session_cancelled", data)), terminated], True
+    if status in SessionStatus.terminal():
+        code = _exit_code(view)
+        if view.get("result") == "SUCCESS":
+            name, code = "session_success", 0 if code is None else code
+        else:
+            name, code = "session_failure", 1 if code is None else code
+        return [(name, _frame(name, {**data, "exitCode": code})), terminated], True
+    return [], False
+
+
+def kernel_frame(event: UserEvent, base: dict[str, Any]) -> bytes | None:
+    name = _KERNEL_NAMES.get(event.to_status or "")
+    if name is None:
+        return None
+    reason = str(event.detail.get("cause") or event.detail.get("reason") or "")
+    return _frame(name, {**base, "kernelId": event.kernel_id, "reason": reason})
+
+
+async def _session_ref(request: web.Request, principal: Principal) -> uuid.UUID:
+    ref = request.query.get("sessionId") or request.query.get("sessionName") or request.query.get("name")
+    if not ref:
+        raise Problem(400, "Bad query parameter", "sessionId or sessionName names the session to watch")
+    found = await resolve(request, ref, principal)
+    if found.session_id is None:
+        raise Problem(404, "Not found", f"no session {ref!r}", slug="not-found")
+    return found.session_id
+
+
+async def _view(request: web.Request, session_id: uuid.UUID, principal: Principal) -> dict[str, Any]:
+    async with request.app[CTX_KEY].engine.connect() as conn:
+        view = await sessions_read.get_session(conn, session_id, principal)
+    if view is None:
+        raise Problem(404, "Not found", f"no session {session_id}", slug="not-found")
+    return view
+
+
+@deadline(None)  # until the session ends or the client goes
+async def session_events(request: web.Request) -> web.StreamResponse:
+    principal = principal_of(request)
+    scope = request.query.get("scope", "*")
+    if scope not in SCOPES:
+        raise Problem(400, "Bad query parameter", f"scope must be one of {', '.join(sorted(SCOPES))}")
+    session_id = await _session_ref(request, principal)
+    view = await _view(request, session_id, principal)
+
+    def gone() -> bool:
+        transport = request.transport
+        return transport is None or transport.is_closing()
+
+    async with request.app[LIMITS_KEY].hold(principal.access_key, lambda: not gone()):
+        hub = request.app[HUB_KEY]
+        wanted = str(session_id)
+        try:
+            listener = await hub.open(lambda event: event.session_id == wanted)
+        except HubUnavailable as exc:
+            raise unavailable("could not subscribe to the event channel; retry later") from exc
+        try:
+            response = web.StreamResponse(
+                headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+            )
+            await response.prepare(request)
+            base = {"sessionId": wanted, "sessionName": view["name"], "ownerAccessKey": view["access_key"]}
+            view = await _view(request, session_id, principal)  # what happened before the subscription
+            first, ended = session_events_of(view, base)
+            await _pump(request, response, listener.queue, base, scope, first, ended, gone)
+            return response
+        finally:
+            await asyncio.shield(hub.close_listener(listener))
+
+
+async def _pump(
+    request: web.Request,
+    response: web.StreamResponse,
+    queue: asyncio.Queue[UserEvent | None],
+    base: dict[str, Any],
+    scope: str,
+    first: list[tuple[str, bytes]],
+    ended: bool,
+    gone: Callable[[], bool],
+) -> None:
+    principal = principal_of(request)
+    closing = request.app[STREAMS_CLOSING_KEY]
+    sessions, kernels = scope in ("*", "session"), scope in ("*", "kernel")
+    sent: set[str] = set()  # a session event goes out once, however many moves re-read it
+
+    async def send(events: list[tuple[str, bytes]]) -> None:
+        fresh = [frame for name, frame in events if name not in sent]
+        sent.update(name for name, _ in events)
+        if sessions and fresh:
+            await response.write(b"".join(fresh))
+
+    await send(first)
+    while not ended and not closing.is_set() and not gone():
+        try:
+            event = await asyncio.wait_for(queue.get(), LIVENESS)
+        except TimeoutError:
+            continue
+        if event is None:  # the hub ended this stream (a slow client, Redis lost)
+            break
+        if event.name == "kernel.status" and kernels:
+            frame = kernel_frame(event, base)
+            if frame is not None:
+                await response.write(frame)
+        elif event.name == "session.status":
+            # the view, not the event, holds the result and the exit code of an end
+            view = await _view(request, uuid.UUID(base["sessionId"]), principal)
+            events, ended = session_events_of(view, base)
+            await send(events)
+    await response.write(_frame("server_close", {}))
+
+
+ROUTES = [
+    Route(
+        "GET",
+        "/events/session",
+        session_events,
+        "Backend.AI client: one session's lifecycle as server-sent events",
+        {200: None},
+    ),
+]
