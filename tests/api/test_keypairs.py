@@ -1,4 +1,4 @@
-"""POST /v2/keypairs and bootstrap."""
+"""POST /v2/keypairs, POST /v2/keypairs/{access_key}/secret and bootstrap."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 from sqlalchemy import func, select
 
-from sokovan.db.models import Domain, Keypair, Project, ScalingGroup, User
+from sokovan.db.models import AuditLog, Domain, Keypair, Project, ScalingGroup, User
 from sokovan.manager.repositories.tenancy import bootstrap, hash_token
 from tests.api.conftest import Api, bearer
 from tests.api.test_auth_and_errors import assert_problem
@@ -19,11 +19,17 @@ async def test_admin_creates_keypair_and_it_works(api: Api) -> None:
     assert resp.status == 201, await resp.text()
     body = await resp.json()
     assert re.fullmatch(r"AK[A-Z0-9]{18}", body["access_key"])
+    assert re.fullmatch(r"[A-Za-z0-9]{40}", body["secret_key"])
     async with api.engine.connect() as conn:
-        stored = (
-            await conn.execute(select(Keypair.token_hash).where(Keypair.access_key == body["access_key"]))
-        ).scalar_one()
+        stored, sealed = (
+            await conn.execute(
+                select(Keypair.token_hash, Keypair.secret_key_enc).where(
+                    Keypair.access_key == body["access_key"]
+                )
+            )
+        ).one()
         assert stored == hash_token(body["token"]) != body["token"]
+        assert sealed is not None and body["secret_key"] not in sealed
         assert (await conn.execute(select(Project.id).where(Project.name == "research"))).first()
     created = await api.create(bearer(body["token"]))
     assert created.status == 201
@@ -68,3 +74,37 @@ async def test_bootstrap_is_repeatable_with_a_new_keypair_each_time(api: Api) ->
         ).scalar_one()
         assert admins == 1
     assert (await api.client.get("/v2/sessions", headers=bearer(token1))).status == 200
+
+
+async def _access_key(api: Api, headers: dict[str, str]) -> str:
+    key: str = (await (await api.client.get("/v2/whoami", headers=headers)).json())["access_key"]
+    return key
+
+
+async def test_rotating_a_secret_key_is_for_its_owner_or_an_admin(api: Api) -> None:
+    alice_key, bob_key = await _access_key(api, api.alice), await _access_key(api, api.bob)
+    before = await api.counts()
+    # Bob's keypair is not found by Alice, as an unknown one is not: nothing tells her it exists
+    await assert_problem(await api.client.post(f"/v2/keypairs/{bob_key}/secret", headers=api.alice), 404)
+    await assert_problem(
+        await api.client.post("/v2/keypairs/AKNOBODY000000000000/secret", headers=api.alice), 404
+    )
+    await assert_problem(await api.client.post(f"/v2/keypairs/{bob_key}/secret"), 401)
+    assert await api.counts() == before  # refusals write nothing
+    secrets = []
+    for headers in (api.alice, api.admin):
+        resp = await api.client.post(f"/v2/keypairs/{alice_key}/secret", headers=headers)
+        assert resp.status == 200, await resp.text()
+        body = await resp.json()
+        assert set(body) == {"access_key", "secret_key"} and body["access_key"] == alice_key
+        secrets.append(body["secret_key"])
+    assert secrets[0] != secrets[1]
+    async with api.engine.connect() as conn:
+        audited = (
+            await conn.execute(
+                select(func.count()).select_from(AuditLog).where(AuditLog.action == "keypair.rotate_secret")
+            )
+        ).scalar_one()
+    assert audited == 2
+    # The token is untouched by a rotation.
+    assert (await api.client.get("/v2/whoami", headers=api.alice)).status == 200

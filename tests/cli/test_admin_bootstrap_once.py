@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -25,14 +26,15 @@ async def test_first_start_makes_the_keypair_and_later_starts_do_not(
     first = await run_cli("admin", "bootstrap", "--if-needed", "--json", env=service_env)
     assert first.code == 0, first.err
     made = first.json()
-    assert set(made) == {"access_key", "token"} and made["token"]
+    assert set(made) == {"access_key", "token", "secret_key"} and made["token"]
+    assert re.fullmatch(r"[A-Za-z0-9]{40}", made["secret_key"])
     async with engine.connect() as conn:
         principal = await resolve_token(conn, made["token"])
     assert principal is not None and principal.is_admin and principal.user_name == "admin"
 
     again = await run_cli("admin", "bootstrap", "--if-needed", "--json", env=service_env)
     assert again.code == 0, again.err
-    assert again.json() == {"access_key": made["access_key"], "token": None}
+    assert again.json() == {"access_key": made["access_key"], "token": None, "secret_key": None}
     human = await run_cli("admin", "bootstrap", "--if-needed", env=service_env)
     assert human.code == 0, human.err
     assert human.out.startswith(f"already bootstrapped: admin keypair {made['access_key']} exists")

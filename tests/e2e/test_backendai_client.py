@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import textwrap
 from pathlib import Path
@@ -50,6 +51,13 @@ def _env(cluster: Cluster, keypair: dict[str, Any], home: Path, secret: str | No
     }
 
 
+def _session_id(printed: str) -> str:
+    """The session id `session create` printed ("Session ID <id> is ...")."""
+    found = re.search(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", printed)
+    assert found is not None, printed
+    return found.group(0)
+
+
 async def _run(args: list[str], env: dict[str, str], seconds: float) -> subprocess.CompletedProcess[str]:
     return await asyncio.to_thread(
         subprocess.run, args, env=env, capture_output=True, text=True, timeout=seconds, check=False
@@ -70,13 +78,13 @@ async def test_the_cli_creates_reads_lists_watches_and_ends_sessions(
         env, "session", "create", "--type", "batch", "-c", "echo hi", *RESOURCES, "--name", "job-one", "shell"
     )
     assert made.returncode == 0, made.stdout + made.stderr
-    session_id = next(w for w in made.stdout.split() if len(w) == 36 and w.count("-") == 4)
+    session_id = _session_id(made.stdout + made.stderr)
     await admin.wait_status(session_id, {"TERMINATED"}, within=60)
 
     logs = await _cli(env, "session", "logs", "job-one")
     assert logs.returncode == 0 and "hi" in logs.stdout, logs.stdout + logs.stderr
 
-    listed = await _cli(env, "ps", "--all", "--output", "json")
+    listed = await _cli(env, "--output", "json", "ps", "--all")
     assert listed.returncode == 0, listed.stdout + listed.stderr
     items = json.loads(listed.stdout)["items"]
     mine = [i for i in items if i.get("name") == "job-one" or i.get("session_name") == "job-one"]
@@ -109,16 +117,17 @@ async def test_the_cli_creates_reads_lists_watches_and_ends_sessions(
     assert interactive.returncode == 0, interactive.stdout + interactive.stderr
     removed = await _cli(env, "session", "rm", "job-three")
     assert removed.returncode == 0, removed.stdout + removed.stderr
-    three = next(w for w in interactive.stdout.split() if len(w) == 36 and w.count("-") == 4)
+    three = _session_id(interactive.stdout + interactive.stderr)
     await admin.wait_status(three, {"TERMINATED", "CANCELLED"}, within=60)
 
     # another user sees none of it, and a wrong secret is refused with the client's error
     dave = await _keypair(admin, "dave-bai")
     dave_env = _env(cluster, dave, tmp_path / "dave")
-    theirs = await _cli(dave_env, "ps", "--all", "--output", "json")
+    theirs = await _cli(dave_env, "--output", "json", "ps", "--all")
     assert theirs.returncode == 0, theirs.stdout + theirs.stderr
     assert json.loads(theirs.stdout)["items"] == []
-    assert await _cli(dave_env, "session", "logs", "job-one").returncode != 0
+    stranger = await _cli(dave_env, "session", "logs", "job-one")
+    assert stranger.returncode != 0 and "404" in stranger.stdout + stranger.stderr
     forged = await _cli(_env(cluster, carol, tmp_path / "forged", secret="x" * 40), "ps", "--all")
     assert forged.returncode != 0 and "401" in forged.stdout + forged.stderr
 

@@ -4,6 +4,10 @@
 ExecStartPre): when the admin user already has an active admin keypair it says "already
 bootstrapped" and exits 0 without making another; starts that race are serialised by a PostgreSQL
 advisory lock, so however many run at once, one keypair is made.
+
+A new keypair gets a secret key too (Backend.AI's client signs requests with it), printed once
+beside the token and stored sealed under the cluster secret; without SOKOVAN_CLUSTER_SECRET it
+gets none (JSON: `"secret_key": null`) until `POST /v2/keypairs/{access_key}/secret` makes one.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from sokovan.cli.common import config_option, load_or_exit
+from sokovan.common.secret_box import new_secret_key, seal
 from sokovan.common.types import Role
 from sokovan.db.engine import make_engine
 from sokovan.db.models import Keypair, User
@@ -29,10 +34,12 @@ BOOTSTRAP_LOCK = lock_key("admin.bootstrap")
 
 @dataclass(frozen=True)
 class Outcome:
-    """The admin keypair bootstrap made (with its token) or found (token None: shown when made)."""
+    """The admin keypair bootstrap made (with its token and secret key) or found (token None:
+    shown when made)."""
 
     access_key: str
     token: str | None
+    secret_key: str | None = None
 
 
 @click.group()
@@ -52,7 +59,16 @@ async def existing_admin_key(conn: AsyncConnection) -> str | None:
     return found.scalar_one_or_none()
 
 
-async def _bootstrap_once(engine: AsyncEngine) -> Outcome:
+async def _bootstrap(engine: AsyncEngine, cluster_secret: str | None) -> Outcome:
+    """A new admin keypair, with a secret key when there is a cluster secret to seal it with."""
+    if not cluster_secret:
+        return Outcome(*await bootstrap_tenancy(engine))
+    secret_key = new_secret_key()
+    access_key, token = await bootstrap_tenancy(engine, seal(secret_key, cluster_secret))
+    return Outcome(access_key, token, secret_key)
+
+
+async def _bootstrap_once(engine: AsyncEngine, cluster_secret: str | None) -> Outcome:
     # The lock lives in this transaction; the bootstrap itself commits on a second connection
     # before the lock is released, so a start waiting on the lock then finds its keypair.
     async with engine.begin() as guard:
@@ -60,21 +76,26 @@ async def _bootstrap_once(engine: AsyncEngine) -> Outcome:
         access_key = await existing_admin_key(guard)
         if access_key is not None:
             return Outcome(access_key, None)
-        return Outcome(*await bootstrap_tenancy(engine))
+        return await _bootstrap(engine, cluster_secret)
 
 
-async def run_bootstrap(db_url: str, if_needed: bool) -> Outcome:
+async def run_bootstrap(db_url: str, if_needed: bool, cluster_secret: str | None = None) -> Outcome:
     engine = make_engine(db_url, pool_size=2, max_overflow=0)
     try:
         if if_needed:
-            return await _bootstrap_once(engine)
-        return Outcome(*await bootstrap_tenancy(engine))
+            return await _bootstrap_once(engine, cluster_secret)
+        return await _bootstrap(engine, cluster_secret)
     finally:
         await engine.dispose()
 
 
 @admin.command()
-@click.option("--json", "as_json", is_flag=True, help='Print only {"access_key": ..., "token": ...}.')
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print only {"access_key": ..., "token": ..., "secret_key": ...}.',
+)
 @click.option(
     "--if-needed",
     is_flag=True,
@@ -87,14 +108,18 @@ def bootstrap(as_json: bool, if_needed: bool, config: str | None) -> None:
     admin keypair (tokens are stored hashed, so an earlier one cannot be shown again)."""
     settings = load_or_exit(config)
     try:
-        outcome = asyncio.run(run_bootstrap(settings.db_url, if_needed))
+        outcome = asyncio.run(run_bootstrap(settings.db_url, if_needed, settings.cluster_secret))
     except Exception as exc:  # a CLI prints a message, never a stack trace
         raise click.ClickException(
             f"bootstrap failed ({type(exc).__name__}): {str(exc).splitlines()[0] if str(exc) else exc!r}\n"
             "Is PostgreSQL reachable at SOKOVAN_DB_URL, and has `sokovan db upgrade` been run?"
         ) from exc
     if as_json:
-        click.echo(json.dumps({"access_key": outcome.access_key, "token": outcome.token}))
+        click.echo(
+            json.dumps(
+                {"access_key": outcome.access_key, "token": outcome.token, "secret_key": outcome.secret_key}
+            )
+        )
     elif outcome.token is None:
         click.echo(
             f"already bootstrapped: admin keypair {outcome.access_key} exists (its token was shown "
@@ -103,4 +128,12 @@ def bootstrap(as_json: bool, if_needed: bool, config: str | None) -> None:
     else:
         click.echo(f"access key: {outcome.access_key}")
         click.echo(f"token:      {outcome.token}")
-        click.echo("Keep the token: it is shown only once. Use it as SOKOVAN_TOKEN.")
+        if outcome.secret_key is not None:
+            click.echo(f"secret key: {outcome.secret_key}")
+            click.echo(
+                "Keep both: they are shown only once. Use the token as SOKOVAN_TOKEN; the access and "
+                "secret keys as BACKEND_ACCESS_KEY and BACKEND_SECRET_KEY for Backend.AI's client."
+            )
+        else:
+            click.echo("Keep the token: it is shown only once. Use it as SOKOVAN_TOKEN.")
+            click.echo("(no secret key: SOKOVAN_CLUSTER_SECRET is not set to seal one with)")

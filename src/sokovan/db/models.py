@@ -96,6 +96,9 @@ class Keypair(Base):
         ForeignKey("keypair_resource_policies.name"), nullable=True
     )
     is_active: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("true"))
+    # The secret key of Backend.AI's request signatures, sealed under the cluster secret
+    # (`common.secret_box`); None: this keypair signs nothing until its secret is rotated.
+    secret_key_enc: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[dt.datetime] = created_at_column()
 
 

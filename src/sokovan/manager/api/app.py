@@ -26,7 +26,7 @@ from sokovan.manager.api import (
 )
 from sokovan.manager.api.auth import CTX_KEY, auth_middleware
 from sokovan.manager.api.common import CONTROLLER_KEY, DEPLOYMENTS_KEY
-from sokovan.manager.api.compat import compat_routes
+from sokovan.manager.api.compat.routes import compat_routes
 from sokovan.manager.api.conditional import conditional_middleware
 from sokovan.manager.api.deadline import deadline_middleware
 from sokovan.manager.api.openapi import Route, build_document

@@ -1,4 +1,10 @@
-"""Bearer-token authentication: a token resolves to its keypair, user, project and domain."""
+"""Authentication: who a request comes from, its keypair, user, project and domain.
+
+Two schemes: `Authorization: Bearer <token>` (Sokovan's own; a token resolves to its keypair), and
+`Authorization: BackendAI signMethod=HMAC-SHA256, credential=<access key>:<signature>`, a request
+signed with the keypair's secret key the way Backend.AI's client signs (`compat.signature` checks
+it, its date and that it is not a replay). Anything else is a 401.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,8 @@ import time
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from sokovan.manager.api.compat.signature import SCHEME as SIGNED_SCHEME
+from sokovan.manager.api.compat.signature import principal_from_signature
 from sokovan.manager.api.console import is_console_path
 from sokovan.manager.api.problems import Problem
 from sokovan.manager.context import ManagerContext
@@ -71,9 +79,16 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         return await handler(request)
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
+    if scheme.lower() == SIGNED_SCHEME:
+        request[_PRINCIPAL] = await principal_from_signature(request, request.app[CTX_KEY])
+        return await handler(request)
     if scheme.lower() != "bearer" or not token.strip():
         raise Problem(
-            401, "Unauthorized", "missing bearer token (Authorization: Bearer <token>)", headers=_CHALLENGE
+            401,
+            "Unauthorized",
+            "missing bearer token (Authorization: Bearer <token>) or Backend.AI signature "
+            "(Authorization: BackendAI signMethod=HMAC-SHA256, credential=<access key>:<signature>)",
+            headers=_CHALLENGE,
         )
     principal = _CACHE.get(token.strip())
     if principal is None:

@@ -28,6 +28,7 @@ __all__ = [
     "KernelOut",
     "KeypairCreateRequest",
     "KeypairCreateResponse",
+    "KeypairSecretResponse",
     "LogsResponse",
     "ProblemDetails",
     "SessionCreateRequest",
@@ -161,6 +162,17 @@ class KeypairCreateRequest(BaseModel):
 class KeypairCreateResponse(BaseModel):
     access_key: str
     token: str = Field(description="shown once: only its hash is stored")
+    secret_key: str | None = Field(
+        description="shown once: the secret of Backend.AI's request signatures, stored sealed under the "
+        "cluster secret; null when the manager has no cluster secret"
+    )
+
+
+class KeypairSecretResponse(BaseModel):
+    """A keypair's new secret key (its old one signs nothing any more)."""
+
+    access_key: str
+    secret_key: str = Field(description="shown once: stored sealed under the cluster secret")
 
 
 class HealthResponse(BaseModel):

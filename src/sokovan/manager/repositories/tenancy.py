@@ -1,6 +1,9 @@
-"""Domains, projects, users and keypairs: bootstrap, keypair creation and token resolution.
+"""Domains, projects, users and keypairs: bootstrap, keypair creation, token resolution and
+secret keys.
 
-Tokens are stored only as their SHA-256 hex digest, so a token is shown once, when it is made.
+Tokens are stored only as their SHA-256 hex digest, so a token is shown once, when it is made. A
+keypair's secret key (Backend.AI's request signatures) is stored sealed under the cluster secret
+(`common.secret_box`); callers seal it, this module stores and reads the sealed form only.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, bindparam, func, insert, select, true
+from sqlalchemy import ColumnElement, Row, Select, bindparam, func, insert, select, true, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.orm import InstrumentedAttribute
@@ -85,25 +88,45 @@ async def principal_of(conn: AsyncConnection, access_key: str) -> Principal | No
     return await _principal(conn, Keypair.access_key == access_key)
 
 
-async def _principal(conn: AsyncConnection, which: ColumnElement[bool]) -> Principal | None:
+async def signer_of(conn: AsyncConnection, access_key: str) -> tuple[Principal, str | None] | None:
+    """The active keypair `access_key` and its sealed secret key (None: it has none yet), or None:
+    what a signed request resolves to."""
     row = (
         await conn.execute(
-            select(
-                Keypair.access_key,
-                Keypair.role,
-                Keypair.project_id,
-                User.id.label("user_id"),
-                User.name.label("user_name"),
-                Project.domain_name,
-                Project.name.label("project_name"),
-            )
-            .join(User, User.id == Keypair.user_id)
-            .join(Project, Project.id == Keypair.project_id)
-            .where(which, Keypair.is_active.is_(True))
+            _principal_query(Keypair.access_key == access_key).add_columns(Keypair.secret_key_enc)
         )
     ).first()
     if row is None:
         return None
+    return _principal_of_row(row), row.secret_key_enc
+
+
+_PRINCIPAL_COLUMNS: tuple[Any, ...] = (
+    Keypair.access_key,
+    Keypair.role,
+    Keypair.project_id,
+    User.id.label("user_id"),
+    User.name.label("user_name"),
+    Project.domain_name,
+    Project.name.label("project_name"),
+)
+
+
+def _principal_query(which: ColumnElement[bool]) -> Select[Any]:
+    return (
+        select(*_PRINCIPAL_COLUMNS)
+        .join(User, User.id == Keypair.user_id)
+        .join(Project, Project.id == Keypair.project_id)
+        .where(which, Keypair.is_active.is_(True))
+    )
+
+
+async def _principal(conn: AsyncConnection, which: ColumnElement[bool]) -> Principal | None:
+    row = (await conn.execute(_principal_query(which))).first()
+    return None if row is None else _principal_of_row(row)
+
+
+def _principal_of_row(row: Row[Any]) -> Principal:
     return Principal(
         access_key=row.access_key,
         user_id=row.user_id,
@@ -147,8 +170,10 @@ async def create_keypair(
     role: Role = Role.USER,
     resource_policy: str | None = None,
     actor: str | None = None,
+    secret_key_enc: str | None = None,
 ) -> tuple[str, str]:
-    """Create a keypair (and the user and project if missing) in the caller's transaction.
+    """Create a keypair (and the user and project if missing) in the caller's transaction, with
+    `secret_key_enc` (a sealed secret key) if given.
 
     Returns `(access_key, token)`; raises `TenancyError` for an unknown domain or policy.
     """
@@ -171,6 +196,7 @@ async def create_keypair(
             project_id=project_id,
             role=role.value,
             resource_policy=resource_policy,
+            secret_key_enc=secret_key_enc,
         )
     )
     await conn.execute(
@@ -184,9 +210,10 @@ async def create_keypair(
     return access_key, token
 
 
-async def bootstrap(engine: AsyncEngine) -> tuple[str, str]:
+async def bootstrap(engine: AsyncEngine, secret_key_enc: str | None = None) -> tuple[str, str]:
     """Create the default domain, project, scaling group and admin user if missing, and a NEW
-    admin keypair every time (an old token cannot be shown again). Returns `(access_key, token)`."""
+    admin keypair every time (an old token cannot be shown again), with `secret_key_enc` (a sealed
+    secret key) if given. Returns `(access_key, token)`."""
     async with engine.begin() as conn:
         await conn.execute(pg_insert(Domain).values(name=DEFAULT_DOMAIN).on_conflict_do_nothing())
         await conn.execute(
@@ -201,7 +228,28 @@ async def bootstrap(engine: AsyncEngine) -> tuple[str, str]:
             domain=DEFAULT_DOMAIN,
             role=Role.ADMIN,
             actor="bootstrap",
+            secret_key_enc=secret_key_enc,
         )
+
+
+async def keypair_user(conn: AsyncConnection, access_key: str) -> uuid.UUID | None:
+    """The user a keypair belongs to (its row locked until the caller's transaction ends), or None
+    for an unknown access key."""
+    found = await conn.execute(
+        select(Keypair.user_id).where(Keypair.access_key == access_key).with_for_update()
+    )
+    user: uuid.UUID | None = found.scalar_one_or_none()
+    return user
+
+
+async def set_secret_key(conn: AsyncConnection, access_key: str, secret_key_enc: str, actor: str) -> None:
+    """Replace a keypair's sealed secret key (a rotation), in the caller's transaction, audited."""
+    await conn.execute(
+        update(Keypair).where(Keypair.access_key == access_key).values(secret_key_enc=secret_key_enc)
+    )
+    await conn.execute(
+        insert(AuditLog).values(actor=actor, action="keypair.rotate_secret", target=access_key, detail={})
+    )
 
 
 # -- the limits a new session of an owner must respect -----------------------------------------

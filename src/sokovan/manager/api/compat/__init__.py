@@ -9,15 +9,6 @@ controllers, authorization and problem documents.
 - `events`: `GET /events/session`, Sokovan's events as the client's server-sent events.
 - `gql`: `POST /admin/gql`, the three GraphQL roots the client reads (graphql-core).
 - `mapping`: Sokovan's statuses and results as the client's.
+- `routes`: all of them, for the app to mount (a module of its own: `auth` imports `signature`, so
+  this package imports nothing when it loads).
 """
-
-from __future__ import annotations
-
-from sokovan.manager.api.compat import events, gql, root, sessions
-from sokovan.manager.api.openapi import Route
-
-
-def compat_routes() -> list[Route]:
-    """Every route of the surface; mounted beside `/v2` and left out of its OpenAPI document (the
-    client's protocol is Backend.AI's, not Sokovan's contract)."""
-    return [*root.ROUTES, *sessions.ROUTES, *events.ROUTES, *gql.ROUTES]

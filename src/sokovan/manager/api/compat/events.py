@@ -6,8 +6,9 @@ The session is named by `sessionId` or `sessionName` (or `name`), among the call
 renamed to the client's: a kernel's `kernel.status` to `kernel_creating`, `kernel_started`,
 `kernel_terminating`, `kernel_terminated` or `kernel_cancelled`; the session's `session.status`
 to `session_started`, and at its end to `session_success` or `session_failure` (with the main
-kernel's `exitCode`) or `session_cancelled`, then `session_terminated`. `scope` (`*`, `session`,
-`kernel`) picks which of the two kinds are sent. Each event's data is a JSON object with
+kernel's `exitCode`) or `session_cancelled`, then `session_terminated`. `scope` (a comma-separated
+list of `session` and `kernel`, or `*` for both; the CLI sends `session,kernel`) picks which of the
+two kinds are sent. Each event's data is a JSON object with
 `sessionId`, `sessionName`, `ownerAccessKey`, `reason` and, for kernels, `kernelId`.
 
 The stream starts from the session's current state, so a client that connects late still learns
@@ -111,9 +112,9 @@ async def _view(request: web.Request, session_id: uuid.UUID, principal: Principa
 @deadline(None)  # until the session ends or the client goes
 async def session_events(request: web.Request) -> web.StreamResponse:
     principal = principal_of(request)
-    scope = request.query.get("scope", "*")
-    if scope not in SCOPES:
-        raise Problem(400, "Bad query parameter", f"scope must be one of {', '.join(sorted(SCOPES))}")
+    scope = {part.strip() for part in request.query.get("scope", "*").split(",") if part.strip()}
+    if not scope or not scope <= SCOPES:
+        raise Problem(400, "Bad query parameter", "scope is a comma-separated list of session, kernel, or *")
     session_id = await _session_ref(request, principal)
     view = await _view(request, session_id, principal)
 
@@ -147,14 +148,14 @@ async def _pump(
     response: web.StreamResponse,
     queue: asyncio.Queue[UserEvent | None],
     base: dict[str, Any],
-    scope: str,
+    scope: set[str],
     first: list[tuple[str, bytes]],
     ended: bool,
     gone: Callable[[], bool],
 ) -> None:
     principal = principal_of(request)
     closing = request.app[STREAMS_CLOSING_KEY]
-    sessions, kernels = scope in ("*", "session"), scope in ("*", "kernel")
+    sessions, kernels = bool(scope & {"*", "session"}), bool(scope & {"*", "kernel"})
     sent: set[str] = set()  # a session event goes out once, however many moves re-read it
 
     async def send(events: list[tuple[str, bytes]]) -> None:
