@@ -2,10 +2,14 @@
 //
 // An event is applied at once from its own fields (a status moves on the page immediately), and
 // what the event does not carry (occupancy, kernels, a pending reason, history) is re-read with a
-// throttle per thing: at most one request per `THROTTLE_MS` for an agent, a session, a
-// deployment or a list, however many events arrive. Nothing is re-read without an event.
+// throttle per thing: at most one request per `THROTTLE_MS` for a session, a deployment or a list,
+// and one re-read of the fleet's agents per `FLEET_THROTTLE_MS`, however many events arrive.
+// Nothing is re-read without an event.
 
 const THROTTLE_MS = 250;
+// The fleet (up to thousands of cards, re-read page by page) at most once a second: under load
+// every kernel event dirties an agent, and a grid no one reads faster gains nothing from more.
+const FLEET_THROTTLE_MS = 1000;
 const TERMINAL = new Set(["TERMINATED", "ERROR", "CANCELLED"]);
 // Past this many agents waiting for a re-read, one list read is cheaper than one read each.
 const AGENT_BATCH = 20;
@@ -36,8 +40,8 @@ export class Store {
     this.onChange();
   }
 
-  // Runs `fn` once within THROTTLE_MS of the first call for `key`; later calls in that time join it.
-  throttle(key, fn) {
+  // Runs `fn` once within `ms` of the first call for `key`; later calls in that time join it.
+  throttle(key, fn, ms = THROTTLE_MS) {
     if (this.timers.has(key)) return;
     this.timers.set(
       key,
@@ -50,7 +54,7 @@ export class Store {
           console.warn(`console: re-reading ${key} failed`, err);
         }
         this.changed();
-      }, THROTTLE_MS),
+      }, ms),
     );
   }
 
@@ -179,7 +183,7 @@ export class Store {
       }
       const agents = await Promise.all(ids.map((a) => this.api.get(`/v2/agents/${encodeURIComponent(a)}`).catch(() => null)));
       for (const agent of agents) if (agent) this.agents.set(agent.id, agent);
-    });
+    }, FLEET_THROTTLE_MS);
   }
 
   refreshSession(id) {
