@@ -14,7 +14,7 @@ sys.exit(m.version('backend.ai-client') != '$VERSION')" 2>/dev/null; then
 	exit 0
 fi
 python=""
-for candidate in "${SOKOVAN_PYTHON313:-}" python3.13 "$(command -v pyenv >/dev/null 2>&1 && pyenv root)/versions/"3.13*/bin/python3.13 /usr/local/bin/python3.13 /usr/bin/python3.13; do
+for candidate in "${SOKOVAN_PYTHON313:-}" python3.13 "$(command -v pyenv >/dev/null 2>&1 && pyenv root)/versions/"3.13*/bin/python3.13 "$HOME"/.pyenv/versions/3.13*/bin/python3.13 /usr/local/bin/python3.13 /usr/bin/python3.13; do
 	[ -n "$candidate" ] || continue
 	if "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))' >/dev/null 2>&1; then
 		python="$candidate"
