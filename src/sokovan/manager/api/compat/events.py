@@ -19,6 +19,7 @@ forever otherwise). It counts against the caller's event-stream limits like `/v2
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from collections.abc import Callable
@@ -137,7 +138,8 @@ async def session_events(request: web.Request) -> web.StreamResponse:
             base = {"sessionId": wanted, "sessionName": view["name"], "ownerAccessKey": view["access_key"]}
             view = await _view(request, session_id, principal)  # what happened before the subscription
             first, ended = session_events_of(view, base)
-            await _pump(request, response, listener.queue, base, scope, first, ended, gone)
+            with contextlib.suppress(ConnectionError):  # the client went away mid-write
+                await _pump(request, response, listener.queue, base, scope, first, ended, gone)
             return response
         finally:
             await asyncio.shield(hub.close_listener(listener))
@@ -181,7 +183,8 @@ async def _pump(
             view = await _view(request, uuid.UUID(base["sessionId"]), principal)
             events, ended = session_events_of(view, base)
             await send(events)
-    await response.write(_frame("server_close", {}))
+    if not gone():  # a client that went away is owed nothing more
+        await response.write(_frame("server_close", {}))
 
 
 ROUTES = [
