@@ -14,7 +14,9 @@ async def test_bootstrap_json_prints_a_working_token(
     first = await run_cli("admin", "bootstrap", "--json", env=service_env)
     assert first.code == 0, first.err
     body = first.json()
-    assert set(body) == {"access_key", "token"}
+    assert set(body) == {"access_key", "token", "secret_key"}  # the secret: for signed requests
+    if service_env.get("SOKOVAN_CLUSTER_SECRET"):  # sealed with it; without one there is none
+        assert len(body["secret_key"]) == 40
     second = (await run_cli("admin", "bootstrap", "--json", env=service_env)).json()
     assert second["token"] != body["token"]
     async with engine.connect() as conn:
