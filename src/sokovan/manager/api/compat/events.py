@@ -30,14 +30,14 @@ from aiohttp import web
 from sokovan.bus.user_event_hub import HubUnavailable
 from sokovan.bus.user_events import UserEvent
 from sokovan.common.types import SessionStatus
-from sokovan.manager.api.auth import CTX_KEY, principal_of
+from sokovan.manager.api.auth import principal_of
+from sokovan.manager.api.compat.sessions import session_view
 from sokovan.manager.api.deadline import deadline
 from sokovan.manager.api.events import HUB_KEY, LIMITS_KEY, STREAMS_CLOSING_KEY
 from sokovan.manager.api.openapi import Route
 from sokovan.manager.api.problems import Problem
 from sokovan.manager.api.session_ref import resolve
 from sokovan.manager.api.stream_limits import unavailable
-from sokovan.manager.repositories import sessions_read
 from sokovan.manager.repositories.tenancy import Principal
 
 LIVENESS = 1.0  # seconds between checks that the client is still there
@@ -102,14 +102,6 @@ async def _session_ref(request: web.Request, principal: Principal) -> uuid.UUID:
     return found.session_id
 
 
-async def _view(request: web.Request, session_id: uuid.UUID, principal: Principal) -> dict[str, Any]:
-    async with request.app[CTX_KEY].engine.connect() as conn:
-        view = await sessions_read.get_session(conn, session_id, principal)
-    if view is None:
-        raise Problem(404, "Not found", f"no session {session_id}", slug="not-found")
-    return view
-
-
 @deadline(None)  # until the session ends or the client goes
 async def session_events(request: web.Request) -> web.StreamResponse:
     principal = principal_of(request)
@@ -117,7 +109,7 @@ async def session_events(request: web.Request) -> web.StreamResponse:
     if not scope or not scope <= SCOPES:
         raise Problem(400, "Bad query parameter", "scope is a comma-separated list of session, kernel, or *")
     session_id = await _session_ref(request, principal)
-    view = await _view(request, session_id, principal)
+    view = await session_view(request, session_id, principal)
 
     def gone() -> bool:
         transport = request.transport
@@ -136,7 +128,7 @@ async def session_events(request: web.Request) -> web.StreamResponse:
             )
             await response.prepare(request)
             base = {"sessionId": wanted, "sessionName": view["name"], "ownerAccessKey": view["access_key"]}
-            view = await _view(request, session_id, principal)  # what happened before the subscription
+            view = await session_view(request, session_id, principal)  # what happened before the subscription
             first, ended = session_events_of(view, base)
             with contextlib.suppress(ConnectionError):  # the client went away mid-write
                 await _pump(request, response, listener.queue, base, scope, first, ended, gone)
@@ -180,7 +172,7 @@ async def _pump(
                 await response.write(frame)
         elif event.name == "session.status":
             # the view, not the event, holds the result and the exit code of an end
-            view = await _view(request, uuid.UUID(base["sessionId"]), principal)
+            view = await session_view(request, uuid.UUID(base["sessionId"]), principal)
             events, ended = session_events_of(view, base)
             await send(events)
     if not gone():  # a client that went away is owed nothing more

@@ -85,7 +85,8 @@ async def _body(request: web.Request) -> dict[str, Any]:
     return data
 
 
-async def _view(request: web.Request, session_id: uuid.UUID, principal: Principal) -> dict[str, Any]:
+async def session_view(request: web.Request, session_id: uuid.UUID, principal: Principal) -> dict[str, Any]:
+    """The session as `GET /v2/sessions/{id}` shows it to `principal`; 404 when it may not see it."""
     async with request.app[CTX_KEY].engine.connect() as conn:
         view = await sessions_read.get_session(conn, session_id, principal)
     if view is None:
@@ -115,7 +116,7 @@ async def _wait_started(
     loop = asyncio.get_running_loop()
     until = loop.time() + (limit or CREATE_WAIT)
     while True:
-        view = await _view(request, session_id, principal)
+        view = await session_view(request, session_id, principal)
         status = SessionStatus(view["status"])
         if status == SessionStatus.TERMINATED and view.get("result") is not None:
             return bai_status(SessionStatus.RUNNING)
@@ -143,7 +144,7 @@ async def create_session(request: web.Request) -> web.Response:
     else:
         outcome = await request.app[CONTROLLER_KEY].create_session(principal, spec)
         session_id, created = outcome.session_id, outcome.created
-    view = await _view(request, session_id, principal)
+    view = await session_view(request, session_id, principal)
     status = bai_status(view["status"])
     if not body.get("enqueueOnly") and created:
         wait = body.get("maxWaitSeconds") or 0
@@ -190,7 +191,7 @@ def _info(view: dict[str, Any]) -> dict[str, Any]:
 async def get_info(request: web.Request) -> web.Response:
     principal = principal_of(request)
     session_id = await path_session_id(request, principal)
-    return web.json_response(_info(await _view(request, session_id, principal)), dumps=_dumps)
+    return web.json_response(_info(await session_view(request, session_id, principal)), dumps=_dumps)
 
 
 def _dumps(value: Any) -> str:
