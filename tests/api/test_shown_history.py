@@ -8,7 +8,7 @@ import uuid
 from sqlalchemy import insert
 
 from sokovan.db.models import SessionSchedulingHistory
-from sokovan.manager.repositories import sessions_read
+from sokovan.manager.repositories import history_read
 from tests.api.conftest import Api
 
 
@@ -31,7 +31,7 @@ async def test_list_history_leaves_out_runs_that_moved_nothing_when_asked(api: A
     created = await (await api.create(api.alice, name="shown-h")).json()
     sid = uuid.UUID(created["id"])
     async with api.engine.connect() as conn:
-        before, _ = await sessions_read.list_history(conn, sid, 500, None)
+        before, _ = await history_read.list_history(conn, sid, 500, None)
     await _rows(
         api,
         sid,
@@ -45,11 +45,11 @@ async def test_list_history_leaves_out_runs_that_moved_nothing_when_asked(api: A
         ],
     )
     async with api.engine.connect() as conn:
-        every, _ = await sessions_read.list_history(conn, sid, 500, None)
-        moves, _ = await sessions_read.list_history(conn, sid, 500, None, moves_only=True)
-        first, cursor = await sessions_read.list_history(conn, sid, len(before) + 1, None, moves_only=True)
+        every, _ = await history_read.list_history(conn, sid, 500, None)
+        moves, _ = await history_read.list_history(conn, sid, 500, None, moves_only=True)
+        first, cursor = await history_read.list_history(conn, sid, len(before) + 1, None, moves_only=True)
         assert cursor is not None
-        rest, end = await sessions_read.list_history(conn, sid, 500, cursor, moves_only=True)
+        rest, end = await history_read.list_history(conn, sid, 500, cursor, moves_only=True)
     assert len(every) == len(before) + 6
     added = [(h["from_status"], h["to_status"]) for h in moves[len(before) :]]
     assert added == [("PENDING", "SCHEDULED"), ("SCHEDULED", "RUNNING"), (None, "RUNNING")]

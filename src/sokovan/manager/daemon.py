@@ -169,27 +169,19 @@ async def _serve_until_stopped(
         worker=worker_of(os.environ.get(WORKER_ENV)),
         watch=watch,
     )
-    dispatcher = EventDispatcher(engine, hints, events, follow=orchestrator.follow_kernels)
-    consumer_name = f"{socket.gethostname()}-{os.getpid()}"
-    consumer = EventConsumer(
+    # One consumer per stream, both in the managers' group, under this process's name, applying
+    # through the same dispatcher: the agents' events as they come, their heartbeats in batches.
+    consumer_of = functools.partial(
+        EventConsumer,
         redis,
         settings.etcd_prefix,
         settings.cluster_secret,
-        consumer=consumer_name,
-        handler=dispatcher,
+        consumer=f"{socket.gethostname()}-{os.getpid()}",
+        handler=EventDispatcher(engine, hints, events, follow=orchestrator.follow_kernels),
         on_read=watch.report,
-        beat_window=BEAT_WINDOW,
     )
-    beats = EventConsumer(
-        redis,
-        settings.etcd_prefix,
-        settings.cluster_secret,
-        consumer=consumer_name,
-        handler=dispatcher,
-        on_read=watch.report,
-        key=beats_key(settings.etcd_prefix),
-        pace=BEATS_PACE,
-    )
+    consumer = consumer_of(beat_window=BEAT_WINDOW)
+    beats = consumer_of(key=beats_key(settings.etcd_prefix), pace=BEATS_PACE)
     runner = web.AppRunner(create_app(ctx, config), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, settings.api_host, settings.api_port, reuse_port=reuse_port or None)

@@ -26,7 +26,7 @@ import contextlib
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,7 +133,7 @@ def visible(event: UserEvent, principal: Principal, flt: EventFilter) -> bool:
     return _same_id(event.session_id, flt.session_id) and _same_id(event.deployment_id, flt.deployment_id)
 
 
-def _client_gone(request: web.Request) -> bool:
+def client_gone(request: web.Request) -> bool:
     transport = request.transport
     return transport is None or transport.is_closing()
 
@@ -142,7 +142,7 @@ def _client_gone(request: web.Request) -> bool:
 async def stream_events(request: web.Request) -> web.StreamResponse:
     principal = principal_of(request)
     flt = await _event_filter(request, principal)
-    async with request.app[LIMITS_KEY].hold(principal.access_key, lambda: not _client_gone(request)):
+    async with request.app[LIMITS_KEY].hold(principal.access_key, lambda: not client_gone(request)):
         return await _stream(request, principal, flt)
 
 
@@ -151,9 +151,22 @@ async def _stream(request: web.Request, principal: Principal, flt: EventFilter) 
     task = asyncio.current_task()
     if task is not None:
         request.app[STREAMS_KEY].add(task)
+    async with event_stream(request, lambda event: visible(event, principal, flt)) as (listener, response):
+        await response.write(b": connected\n\n")  # sends the headers now
+        await _pump(request, response, listener, principal, flt, closing)
+        return response
+
+
+@contextlib.asynccontextmanager
+async def event_stream(
+    request: web.Request, accept: Callable[[UserEvent], bool]
+) -> AsyncIterator[tuple[Listener, web.StreamResponse]]:
+    """A listener of the hub for the events `accept` takes (confirmed subscribed: 503 when the hub
+    cannot subscribe) and the prepared `text/event-stream` response to write them to; the
+    listener is closed after."""
     hub = request.app[HUB_KEY]
     try:
-        listener = await hub.open(lambda event: visible(event, principal, flt))
+        listener = await hub.open(accept)
     except HubUnavailable as exc:
         raise unavailable("could not subscribe to the event channel; retry later") from exc
     try:
@@ -165,9 +178,7 @@ async def _stream(request: web.Request, principal: Principal, flt: EventFilter) 
             }
         )
         await response.prepare(request)
-        await response.write(b": connected\n\n")  # sends the headers now
-        await _pump(request, response, listener, principal, flt, closing)
-        return response
+        yield listener, response
     finally:
         await asyncio.shield(hub.close_listener(listener))
 
@@ -182,7 +193,7 @@ async def _pump(
 ) -> None:
     next_keepalive = time.monotonic() + KEEPALIVE_INTERVAL
     try:
-        while not closing.is_set() and not _client_gone(request):
+        while not closing.is_set() and not client_gone(request):
             wait = max(0.0, min(LIVENESS_INTERVAL, next_keepalive - time.monotonic()))
             try:
                 event = await asyncio.wait_for(listener.queue.get(), wait)

@@ -35,7 +35,7 @@ from sokovan.manager.api.schemas import (
     SessionOut,
 )
 from sokovan.manager.api.session_ref import SESSION_REF, path_session_id
-from sokovan.manager.repositories import sessions_read
+from sokovan.manager.repositories import history_read, sessions_read
 from sokovan.manager.repositories.tenancy import Principal
 
 log = structlog.get_logger(__name__)
@@ -136,7 +136,7 @@ async def session_history(request: web.Request) -> web.Response:
         moves_only = not query_bool(request, "all")  # runs that moved nothing are noise to a reader
         items, cursor = await read_page(
             request,
-            lambda limit, after: sessions_read.list_history(
+            lambda limit, after: history_read.list_history(
                 conn, session_id, limit, after, moves_only=moves_only
             ),
         )

@@ -21,8 +21,8 @@ from sqlalchemy.sql import func
 
 from sokovan.common.types import RouteStatus, SessionStatus
 from sokovan.db.models import Deployment, DeploymentHistory, Route, RouteHistory, Session, User
+from sokovan.manager.repositories.history_read import handler_run
 from sokovan.manager.repositories.paging import page_after_key, page_by_time
-from sokovan.manager.repositories.sessions_read import handler_run
 from sokovan.manager.repositories.tenancy import Principal
 
 Page = tuple[list[dict[str, Any]], str | None]

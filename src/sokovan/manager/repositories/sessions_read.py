@@ -1,4 +1,5 @@
-"""Read side of sessions for the API: one session, lists, history, kernels to fetch logs from.
+"""Read side of sessions for the API: one session, lists, kernels to fetch logs from (their
+history: `history_read`).
 
 Every query is filtered by what the caller may see (`visible`): a user its own sessions, an
 admin all. A session the caller may not see reads exactly like one that does not exist.
@@ -20,8 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 
 from sokovan.common.types import KernelStatus, SessionStatus
-from sokovan.db.models import Agent, Kernel, Session, SessionDependency, SessionSchedulingHistory, User
-from sokovan.manager.repositories.paging import page_after_key, page_by_time
+from sokovan.db.models import Agent, Kernel, Session, SessionDependency, User
+from sokovan.manager.repositories.paging import page_by_time
 from sokovan.manager.repositories.session_inserts import MAIN_ROLE, SUB_ROLE, Inserted, NewSession
 from sokovan.manager.repositories.tenancy import Principal
 
@@ -85,7 +86,8 @@ ORDERABLE: dict[str, Any] = {
 # -- sessions ---------------------------------------------------------------------------------
 
 
-def _iso(value: dt.datetime | None) -> str | None:
+def iso_utc(value: dt.datetime | None) -> str | None:
+    """A time as the API writes it: UTC, ISO 8601, `Z`."""
     return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z") if value else None
 
 
@@ -227,9 +229,9 @@ def _view(s: Any, chains: dict[uuid.UUID, list[str]], children: dict[uuid.UUID, 
         "environ": s.environ or {},
         "depends_on": sorted(str(d) for d in s.deps_json),
         "kernels": [{**k, "id": str(k["id"])} for k in s.kernels_json],
-        "created_at": _iso(s.created_at),
-        "status_changed_at": _iso(s.status_changed_at),
-        "terminated_at": _iso(s.terminated_at),
+        "created_at": iso_utc(s.created_at),
+        "status_changed_at": iso_utc(s.status_changed_at),
+        "terminated_at": iso_utc(s.terminated_at),
         "creation_id": s.creation_id,
         "parent_session_id": str(s.parent_session_id) if s.parent_session_id else None,
         "retry_count": s.retry_count,
@@ -366,56 +368,15 @@ async def list_attempts(
             "cause": (r.status_info or {}).get("cause"),
             "retry_count": r.retry_count,
             "retry_cause": r.retry_cause,
-            "created_at": _iso(r.created_at),
-            "terminated_at": _iso(r.terminated_at),
+            "created_at": iso_utc(r.created_at),
+            "terminated_at": iso_utc(r.terminated_at),
         }
         for r in (by_id.get(i) for i in order)
         if r is not None
     ]
 
 
-# -- history, kernels --------------------------------------------------------------------------
-
-
-async def list_history(
-    conn: AsyncConnection,
-    session_id: uuid.UUID,
-    limit: int,
-    cursor: str | None,
-    *,
-    moves_only: bool = False,
-) -> tuple[list[dict[str, Any]], str | None]:
-    """Oldest first. The caller has already checked that the session is visible. With
-    `moves_only`, the rows of handler runs that moved nothing (the same status before and after)
-    are left out; a run that names no status at all is kept (it says something else happened);
-    the cursor stays the row id, so pages of either kind follow on."""
-    query = select(*SessionSchedulingHistory.__table__.c).where(
-        SessionSchedulingHistory.session_id == session_id
-    )
-    if moves_only:
-        query = query.where(
-            or_(
-                SessionSchedulingHistory.from_status.is_distinct_from(SessionSchedulingHistory.to_status),
-                SessionSchedulingHistory.to_status.is_(None),
-            )
-        )
-    rows, next_cursor = await page_after_key(
-        conn, query, SessionSchedulingHistory.id, "id", int, limit, cursor
-    )
-    return [
-        {**handler_run(h), "attempt": h.attempt, "created_at": _iso(h.created_at)} for h in rows
-    ], next_cursor
-
-
-def handler_run(row: Any) -> dict[str, Any]:
-    """What a history row (of a session, a deployment or a route) says: which handler moved what."""
-    return {
-        "handler": row.handler,
-        "result": row.result,
-        "from_status": row.from_status,
-        "to_status": row.to_status,
-        "message": row.message,
-    }
+# -- kernels ---------------------------------------------------------------------------------
 
 
 async def session_is_visible(conn: AsyncConnection, session_id: uuid.UUID, principal: Principal) -> bool:

@@ -27,17 +27,15 @@ from typing import Any
 
 from aiohttp import web
 
-from sokovan.bus.user_event_hub import HubUnavailable
 from sokovan.bus.user_events import UserEvent
 from sokovan.common.types import SessionStatus
 from sokovan.manager.api.auth import principal_of
 from sokovan.manager.api.compat.sessions import session_view
 from sokovan.manager.api.deadline import deadline
-from sokovan.manager.api.events import HUB_KEY, LIMITS_KEY, STREAMS_CLOSING_KEY
+from sokovan.manager.api.events import LIMITS_KEY, STREAMS_CLOSING_KEY, client_gone, event_stream
 from sokovan.manager.api.openapi import Route
 from sokovan.manager.api.problems import Problem
 from sokovan.manager.api.session_ref import resolve
-from sokovan.manager.api.stream_limits import unavailable
 from sokovan.manager.repositories.tenancy import Principal
 
 LIVENESS = 1.0  # seconds between checks that the client is still there
@@ -112,29 +110,19 @@ async def session_events(request: web.Request) -> web.StreamResponse:
     view = await session_view(request, session_id, principal)
 
     def gone() -> bool:
-        transport = request.transport
-        return transport is None or transport.is_closing()
+        return client_gone(request)
 
-    async with request.app[LIMITS_KEY].hold(principal.access_key, lambda: not gone()):
-        hub = request.app[HUB_KEY]
-        wanted = str(session_id)
-        try:
-            listener = await hub.open(lambda event: event.session_id == wanted)
-        except HubUnavailable as exc:
-            raise unavailable("could not subscribe to the event channel; retry later") from exc
-        try:
-            response = web.StreamResponse(
-                headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-            )
-            await response.prepare(request)
-            base = {"sessionId": wanted, "sessionName": view["name"], "ownerAccessKey": view["access_key"]}
-            view = await session_view(request, session_id, principal)  # what happened before the subscription
-            first, ended = session_events_of(view, base)
-            with contextlib.suppress(ConnectionError):  # the client went away mid-write
-                await _pump(request, response, listener.queue, base, scope, first, ended, gone)
-            return response
-        finally:
-            await asyncio.shield(hub.close_listener(listener))
+    wanted = str(session_id)
+    async with (
+        request.app[LIMITS_KEY].hold(principal.access_key, lambda: not gone()),
+        event_stream(request, lambda event: event.session_id == wanted) as (listener, response),
+    ):
+        base = {"sessionId": wanted, "sessionName": view["name"], "ownerAccessKey": view["access_key"]}
+        view = await session_view(request, session_id, principal)  # what happened before the subscription
+        first, ended = session_events_of(view, base)
+        with contextlib.suppress(ConnectionError):  # the client went away mid-write
+            await _pump(request, response, listener.queue, base, scope, first, ended, gone)
+        return response
 
 
 async def _pump(
