@@ -1,7 +1,13 @@
-"""An API served over real PostgreSQL/Redis/etcd: bootstrap, two agents, an admin and a user."""
+"""An API served over real PostgreSQL/Redis/etcd: bootstrap, two agents, an admin and a user.
+
+The context probes its peers as the daemon's does (`manager.peer_watch`), so a request is cut short
+only when a peer goes silent, not when a loaded CI machine makes a read slower than the clock-only
+deadline.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +26,7 @@ from sokovan.common.settings import Settings
 from sokovan.db.models import Agent, AuditLog, Kernel, Session, User
 from sokovan.manager.api import create_app
 from sokovan.manager.context import ManagerContext
+from sokovan.manager.peer_watch import manager_peers
 from sokovan.manager.repositories.tenancy import bootstrap, create_keypair
 
 
@@ -73,6 +80,9 @@ async def ctx(
     settings: Settings, engine: AsyncEngine, redis: aioredis.Redis, etcd: aetcd.Client
 ) -> AsyncIterator[ManagerContext]:
     rpc = AgentRPCClient(settings.cluster_secret or "secret", timeout=2.0)
+    peers, postgres_probe = manager_peers(settings.db_url, redis, etcd)
+    stop = asyncio.Event()
+    watching = asyncio.create_task(peers.run(stop))
     yield ManagerContext(
         settings=settings,
         engine=engine,
@@ -80,7 +90,11 @@ async def ctx(
         etcd=etcd,
         hints=HintPublisher(redis, settings.etcd_prefix),
         rpc=rpc,
+        peers=peers,
     )
+    stop.set()
+    await watching
+    await postgres_probe.close()
     await rpc.close()
 
 
