@@ -49,10 +49,14 @@ async def test_slow_with_every_peer_answering_goes_on() -> None:
         await client.close()
 
 
+async def _never_answers() -> None:
+    await asyncio.sleep(3600)
+
+
 async def test_waiting_on_a_silent_peer_is_a_503_soon() -> None:
-    clock = Clock()
-    watch = PeerWatch({"postgres": asyncio.sleep}, clock=clock)
-    clock.now = SILENT_AFTER + 1  # no probe has answered since
+    watch = PeerWatch({"postgres": _never_answers})
+    stop = asyncio.Event()
+    probing = asyncio.create_task(watch.run(stop))
     client = await _client(watch)
     try:
         began = time.monotonic()
@@ -62,6 +66,23 @@ async def test_waiting_on_a_silent_peer_is_a_503_soon() -> None:
         assert FIRST_LOOK - 0.1 < took < FIRST_LOOK + 1.0, took
     finally:
         await client.close()
+        stop.set()
+        await probing
+
+
+async def test_an_idle_watch_counts_no_silence_from_before_it_was_wanted() -> None:
+    """Probed only slowly while nothing waits, a peer last heard from long ago is not silent the
+    moment a request wants the watch; it is once the fast probes have not reached it for long."""
+    clock = Clock()
+    watch = PeerWatch({"postgres": _never_answers}, clock=clock)
+    clock.now = 60.0  # idle for a minute: the last answer is old, but nothing wanted the watch
+    watch.want()
+    assert watch.fast() and watch.silent() == []
+    clock.now += SILENT_AFTER + 0.1
+    watch.want()
+    assert watch.silent() == ["postgres"]
+    clock.now += 60.0  # no want since: back to the idle pace
+    assert not watch.fast()
 
 
 async def test_without_a_watch_the_clock_decides() -> None:

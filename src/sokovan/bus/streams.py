@@ -20,7 +20,7 @@ Heartbeats travel on a stream of their own (`beats_key`; agents' outboxes put th
 a consumer of the same group that waits `pace` after each read that got something: a fleet's
 beats arrive one by one, and read one at a time they cost a read, a nonce claim, a transaction and
 an acknowledgement each (a fleet of 1,000 agents beating every 10 s kept a manager a fifth of a
-core busy at rest); read every quarter second they come in batches. Every other event is read as
+core busy at rest); read once a second they come in batches. Every other event is read as
 soon as it is on its stream and applied at once: sessions wait on kernel events, and an agent's
 liveness is judged over seconds. Beats found on the events stream (an agent of an older build)
 wait `beat_window` there and are applied together, then acknowledged (a crash before that leaves

@@ -61,7 +61,7 @@ ETCD_TIMEOUT = 5  # seconds per etcd call
 BEAT_WINDOW = 0.1
 # The heartbeats' own stream is read at most this often (`bus.streams`): a fleet's beats then come
 # in batches, and an agent's liveness is judged over seconds.
-BEATS_PACE = 0.25
+BEATS_PACE = 1.0
 
 
 class ManagerFailed(RuntimeError):

@@ -1,17 +1,25 @@
-"""Whether PostgreSQL, Redis and etcd answer this manager now: a probe of each every half second.
+"""Whether PostgreSQL, Redis and etcd answer this manager now: a probe of each every half second
+while a request waits on them.
 
 A peer that drops packets gives no error, only silence; a busy one still answers a probe. So the
 API's deadline (`api.deadline`) asks this watch, not the clock alone, whether a slow request waits
 on a silent peer (cancel it: 503) or on a busy cluster (let it finish). Each probe has its own
 connection where the shared pool could be full under load: PostgreSQL's is a connection of its own
 (made again when a probe fails), Redis's a PING, etcd's a read of one key. A peer is silent once no
-probe of it has answered for `SILENT_AFTER` seconds.
+probe of it has answered for `SILENT_AFTER` seconds of probing at that pace.
+
+Probing costs the manager round trips on all three, several a second per worker, for an answer
+that only a request running longer than usual needs. So the watch probes every `PROBE_EVERY` only
+while it is wanted: the API's deadline asks for it (`want`) from `WANTED_AFTER` seconds into a
+request, long before it first looks (`deadline.FIRST_LOOK`), and it stays wanted `WANTED_FOR`
+after the last ask. Otherwise a probe every `IDLE_EVERY` keeps the connections warm. Silence is
+never counted from before the fast probing began (`_fast_since`): a peer last probed a while ago
+by the idle pace is not silent, only one that the fast probes have not reached for `SILENT_AFTER`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable
 
@@ -23,6 +31,8 @@ import structlog
 log = structlog.get_logger(__name__)
 
 PROBE_EVERY = 0.5
+IDLE_EVERY = 5.0  # while no request waits long enough to want the watch
+WANTED_FOR = 5.0  # the watch probes fast this long after the last `want` (past a request's first look)
 PROBE_TIMEOUT = 1.5
 SILENT_AFTER = 2.0
 
@@ -36,11 +46,25 @@ class PeerWatch:
         now = clock()
         self.last_ok: dict[str, float] = dict.fromkeys(probes, now)
         self._silent_logged: set[str] = set()
+        self._wanted_until = now + WANTED_FOR  # a starting manager watches at once
+        self._fast_since = now
+        self._woken = asyncio.Event()
+
+    def fast(self) -> bool:
+        return self._clock() < self._wanted_until
+
+    def want(self) -> None:
+        """Probe every PROBE_EVERY for the next WANTED_FOR seconds (a request is taking a while)."""
+        now = self._clock()
+        if now >= self._wanted_until:  # idle until now: fast from here, silence counted from here
+            self._fast_since = now
+            self._woken.set()
+        self._wanted_until = now + WANTED_FOR
 
     def silent(self) -> list[str]:
-        """The peers no probe has reached for longer than SILENT_AFTER."""
+        """The peers no probe has reached for longer than SILENT_AFTER of fast probing."""
         now = self._clock()
-        return [name for name, at in self.last_ok.items() if now - at > SILENT_AFTER]
+        return [name for name, at in self.last_ok.items() if now - max(at, self._fast_since) > SILENT_AFTER]
 
     async def _probe(self, name: str, probe: Callable[[], Awaitable[object]]) -> None:
         try:
@@ -56,19 +80,31 @@ class PeerWatch:
             log.info("peers.answering", peer=name)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Probe every peer every PROBE_EVERY seconds (at once, each on its own) until `stop`."""
+        """Probe every peer (at once, each on its own) every PROBE_EVERY seconds while wanted, every
+        IDLE_EVERY otherwise, until `stop`."""
         running: dict[str, asyncio.Task[None]] = {}
         try:
             while not stop.is_set():
                 for name, probe in self._probes.items():
                     if name not in running or running[name].done():  # a hung probe is not doubled
                         running[name] = asyncio.create_task(self._probe(name, probe))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), PROBE_EVERY)
+                self._woken.clear()
+                pace = PROBE_EVERY if self.fast() else IDLE_EVERY
+                await _first_of(stop, self._woken, pace)
         finally:
             for task in running.values():
                 task.cancel()
             await asyncio.gather(*running.values(), return_exceptions=True)
+
+
+async def _first_of(a: asyncio.Event, b: asyncio.Event, seconds: float) -> None:
+    waiters = [asyncio.ensure_future(a.wait()), asyncio.ensure_future(b.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
 
 
 class PostgresProbe:

@@ -192,7 +192,7 @@ def node_lanes(
             ConfirmDown(config, backlog, events, holds),
             ExpireBoot(config),
             CompleteDrain(engine, config, holds),
-            CountAgents(),
+            CountAgents(engine),
         ]
     }
 

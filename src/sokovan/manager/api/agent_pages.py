@@ -38,8 +38,8 @@ MAX_ENTRIES = 50_000  # rendered agents kept per worker; past it the cache start
 
 @dataclass
 class _Entry:
-    state: str
-    beat: str
+    state: int
+    beat: int
     agent: AgentOut
     admin_json: bytes
     user_json: bytes | None = None  # the entry as any user sees it, where that is the same for all

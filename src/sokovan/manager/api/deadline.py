@@ -3,15 +3,16 @@
 PostgreSQL, Redis or etcd behind a drop rule (packets lost, not refused) leave a call waiting for
 TCP to give up, about 15 minutes. The clock alone cannot tell that from a busy cluster (a DELETE
 waiting on row locks while thousands of sessions are placed is slow, not stuck), so the manager
-probes its peers (`manager.peer_watch`): from `FIRST_LOOK` seconds into a request, and every
-`LOOK_EVERY` after, a request is cancelled as soon as a peer has not answered its probes for
+probes its peers (`manager.peer_watch`; slowly while no request waits, fast from `WANTED_AFTER`
+seconds into a request): from `FIRST_LOOK` seconds into a request, and every `LOOK_EVERY` after, a
+request is cancelled as soon as a peer has not answered its probes for
 `SILENT_AFTER` (2 s), and otherwise goes on, up to `HARD_LIMIT`. `unavailable_middleware`
 (outside this one) answers the cancelled request's `TimeoutError` with 503 problem+json and
 `Retry-After`, as for a refused connection: within about 5 s of the request, or of the silence
 when the request started before it. A create cancelled so may still have been written: the client
 retries it with the same `creation_id` (idempotent), as after any 503.
 
-Where nothing probes the peers (the API alone, in tests) the deadline is the clock's:
+Where nothing probes the peers (an API built without a watch) the deadline is the clock's:
 `REQUEST_DEADLINE` (4 s). A handler that waits on something slower by design says so with
 `@deadline(seconds)` (the logs endpoint, which waits on agents up to the RPC timeout: its own limit
 in place of `HARD_LIMIT`), or `@deadline(None)` (the event stream, which runs until its client
@@ -30,6 +31,7 @@ from aiohttp.typedefs import Handler
 from sokovan.manager.api.auth import CTX_KEY
 
 REQUEST_DEADLINE = 4.0  # seconds, where nothing probes the peers
+WANTED_AFTER = 0.5  # seconds into a request before the peers are probed fast
 FIRST_LOOK = 2.5  # seconds into a request before the peers are looked at
 LOOK_EVERY = 0.25
 HARD_LIMIT = 60.0  # even with every peer answering, no request runs longer
@@ -69,12 +71,19 @@ async def deadline_middleware(request: web.Request, handler: Handler) -> web.Str
         def look() -> None:
             nonlocal timer
             now = loop.time()
+            peers.want()
             if peers.silent() or now - began >= limit:
                 scope.reschedule(now)  # expires at once: the handler is cancelled
             else:
                 timer = loop.call_later(LOOK_EVERY, look)
 
-        timer = loop.call_later(min(FIRST_LOOK, limit), look)
+        def wake() -> None:
+            nonlocal timer
+            peers.want()
+            timer = loop.call_later(first - WANTED_AFTER, look)
+
+        first = min(FIRST_LOOK, limit)
+        timer = loop.call_later(first, look) if first <= WANTED_AFTER else loop.call_later(WANTED_AFTER, wake)
         try:
             return await handler(request)
         finally:

@@ -18,19 +18,23 @@ from sokovan.manager.repositories.paging import decode_cursor, encode_cursor
 from sokovan.state.occupancy import slot_holding
 
 # Every column `agents_read._view` shows, split into the heartbeat's own and the rest; a kernel's id
-# and slots stand for what it holds (the occupancy and the kernel count are derived from them). The
-# timestamps come back as they are (formatting them as text for the digest cost PostgreSQL more than
-# the rest of the statement); `hashtextextended` is PostgreSQL's own 64-bit string hash, a few
-# times cheaper than md5 and as good for telling a change (a digest, not a secret). The page is
-# picked first, so only its rows are hashed, whichever plan PostgreSQL picks for the paging.
+# and slots stand for what it holds (the occupancy and the kernel count are derived from them).
+# `hashtextextended` is PostgreSQL's own 64-bit string hash, a few times cheaper than md5 and as
+# good for telling a change (a digest, not a secret); each mark is one such hash, seeded with the
+# microseconds of a timestamp it covers (formatting timestamps as text cost PostgreSQL more than
+# the rest of the statement, and formatting them in Python cost the manager more than the
+# statement). The page is picked first, so only its rows are hashed, whichever plan PostgreSQL
+# picks for the paging.
 _MARKS = """
-    SELECT a.id, a.status_changed_at, a.heartbeat_seq, a.last_heartbeat_at,
-           hashtextextended(a.health::text, 0) AS health,
+    SELECT a.id,
            hashtextextended(concat_ws('|', a.status, a.status_info::text, a.agent_class,
                             a.scaling_group, a.available_slots::text, a.boot_id, a.rejected_beats,
                             a.disabled, a.schedulable, a.images::text, a.rpc_addr, a.backend, (
                 SELECT string_agg(k.id::text || k.occupied_slots::text, ',' ORDER BY k.id)
-                FROM kernels k WHERE k.agent_id = a.id AND k.status = ANY(:live))), 0) AS state
+                FROM kernels k WHERE k.agent_id = a.id AND k.status = ANY(:live))),
+                CAST(EXTRACT(EPOCH FROM a.status_changed_at) * 1000000 AS bigint)) AS state,
+           hashtextextended(concat_ws('|', a.heartbeat_seq, a.health::text),
+                COALESCE(CAST(EXTRACT(EPOCH FROM a.last_heartbeat_at) * 1000000 AS bigint), 0)) AS beat
     FROM (
         SELECT * FROM agents a WHERE a.id > :after {statuses} {group} ORDER BY a.id LIMIT :limit
     ) a
@@ -38,11 +42,11 @@ _MARKS = """
 """
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AgentMark:
     id: str
-    state: str  # what the entry shows but the heartbeat's fields, as a hash and a time
-    beat: str  # last_heartbeat_at, heartbeat_seq and a hash of health
+    state: int  # what the entry shows but the heartbeat's fields, as one hash
+    beat: int  # last_heartbeat_at, heartbeat_seq and health, as one hash
 
 
 async def page_marks(
@@ -63,13 +67,6 @@ async def page_marks(
     if flt.scaling_group is not None:
         group, params["group"] = "AND a.scaling_group = :group", flt.scaling_group
     rows = (await conn.execute(text(_MARKS.format(statuses=statuses, group=group)), params)).all()
-    marks = [
-        AgentMark(
-            str(r.id),
-            f"{r.state}/{r.status_changed_at.timestamp()}",
-            f"{r.heartbeat_seq}/{r.last_heartbeat_at.timestamp() if r.last_heartbeat_at else ''}/{r.health}",
-        )
-        for r in rows[:limit]
-    ]
+    marks = [AgentMark(*r) for r in rows[:limit]]
     more = len(rows) > limit
     return marks, encode_cursor({"id": marks[-1].id}) if more and marks else None

@@ -27,19 +27,22 @@ class NodeKind:
     entity = "agent"
 
     async def load(self, conn: AsyncConnection, handler: NodeHandler, now: dt.datetime) -> Sequence[AgentRow]:
-        rows = await conn.execute(
-            select(
-                Agent.id,
-                Agent.status,
-                Agent.scaling_group,
-                Agent.agent_class,
-                Agent.last_heartbeat_at,
-                Agent.status_changed_at,
-            )
-            .where(Agent.status.in_([s.value for s in (handler.reads or handler.targets)]))
-            .order_by(Agent.id)
-        )
-        return [AgentRow(**r._mapping) for r in rows]
+        statuses = handler.reads if handler.reads is not None else handler.targets
+        if not statuses:
+            return []
+        query = select(
+            Agent.id,
+            Agent.status,
+            Agent.scaling_group,
+            Agent.agent_class,
+            Agent.last_heartbeat_at,
+            Agent.status_changed_at,
+        ).where(Agent.status.in_(sorted(s.value for s in statuses)))
+        narrower = handler.narrow(now)
+        if narrower is not None:
+            query = query.where(narrower)
+        rows = await conn.execute(query.order_by(Agent.id))
+        return [AgentRow(*r) for r in rows]
 
     def judge(
         self, handler: NodeHandler, result: NodeResult, rows: Sequence[AgentRow], now: dt.datetime

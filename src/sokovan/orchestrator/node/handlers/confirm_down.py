@@ -14,12 +14,14 @@ import datetime as dt
 from collections.abc import Sequence
 
 import structlog
+from sqlalchemy import ColumnElement, or_, select
 
 from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
 from sokovan.common.metrics import MASS_SILENCE, MASS_SILENCE_HOLDS
 from sokovan.config.cluster import ClusterConfig
+from sokovan.db.models import Agent
 from sokovan.orchestrator.node.backlog import Backlog
-from sokovan.orchestrator.node.handler import A, AgentRow, NodeHandler, NodeResult, Verdict
+from sokovan.orchestrator.node.handler import A, AgentRow, NodeHandler, NodeResult, Verdict, silent_since
 from sokovan.orchestrator.node.mass_silence import MONITORED, GroupSilence, Holds, group_silence
 
 log = structlog.get_logger(__name__)
@@ -38,6 +40,15 @@ class ConfirmDown(NodeHandler):
         self._backlog = backlog
         self._events = events
         self._holds = holds
+
+    def narrow(self, now: dt.datetime) -> ColumnElement[bool]:
+        """The whole of each group that has an agent silent past the timeout by its row (only there
+        can an agent be DOWN or a mass silence begin), and of each group held now (to tell its end)."""
+        cutoff = now - dt.timedelta(seconds=self._config.node_lifecycle.heartbeat_timeout)
+        silent_groups = select(Agent.scaling_group).where(
+            Agent.status.in_(sorted(s.value for s in MONITORED)), silent_since(cutoff)
+        )
+        return or_(Agent.scaling_group.in_(silent_groups), Agent.scaling_group.in_(sorted(self._holds.held)))
 
     async def execute(self, rows: Sequence[AgentRow]) -> NodeResult:
         result = NodeResult()

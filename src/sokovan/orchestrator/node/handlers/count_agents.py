@@ -1,22 +1,33 @@
-"""Publishes the agents-by-status gauge (`sokovan_agents{status}`) every cycle; moves nothing."""
+"""Publishes the agents-by-status gauge (`sokovan_agents{status}`) every cycle; moves nothing.
+
+It is given no rows: one `GROUP BY status` counts the fleet, whatever its size."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
+from typing import ClassVar
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.common.metrics import AGENTS_BY_STATUS
 from sokovan.common.types import AgentStatus
+from sokovan.db.models import Agent
 from sokovan.orchestrator.node.handler import AgentRow, NodeHandler, NodeResult
 
 
 class CountAgents(NodeHandler):
-    targets = frozenset(AgentStatus)
+    targets: ClassVar[frozenset[AgentStatus]] = frozenset()
     moves_to = None
     always_runs = True
 
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
     async def execute(self, rows: Sequence[AgentRow]) -> NodeResult:
-        counts = Counter(r.status for r in rows)
+        async with self._engine.connect() as conn:
+            counted = await conn.execute(select(Agent.status, func.count()).group_by(Agent.status))
+            counts: dict[str, int] = {status: n for status, n in counted}
         for status in AgentStatus:
             AGENTS_BY_STATUS.labels(status=status.value).set(counts.get(status.value, 0))
         return NodeResult()

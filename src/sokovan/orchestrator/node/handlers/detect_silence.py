@@ -7,9 +7,11 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
+from sqlalchemy import ColumnElement
+
 from sokovan.config.cluster import ClusterConfig
 from sokovan.orchestrator.node.backlog import Backlog
-from sokovan.orchestrator.node.handler import A, AgentRow, NodeHandler, NodeResult, Verdict
+from sokovan.orchestrator.node.handler import A, AgentRow, NodeHandler, NodeResult, Verdict, silent_since
 from sokovan.orchestrator.node.mass_silence import Holds
 
 
@@ -21,6 +23,10 @@ class DetectSilence(NodeHandler):
         self._config = config
         self._backlog = backlog
         self._holds = holds
+
+    def narrow(self, now: dt.datetime) -> ColumnElement[bool]:
+        """Only agents silent past the timeout by their row (the lane's measure is never longer)."""
+        return silent_since(now - dt.timedelta(seconds=self._config.node_lifecycle.heartbeat_timeout))
 
     async def execute(self, rows: Sequence[AgentRow]) -> NodeResult:
         result = NodeResult()
