@@ -34,6 +34,9 @@ async def fresh_database(server_url: str, name: str) -> str:
     return url
 
 
+TIMINGS_SETTLE_S = 3.0  # for every agent to have read the new heartbeat interval (a watch)
+
+
 class BenchCluster:
     """`agents` hollow agents in all; with `doomed`, that many of them in a fleet process of their
     own (ids `b-doomed-NNNN`) that the node-failure phase kills."""
@@ -62,12 +65,16 @@ class BenchCluster:
         self.token = ""
         self.engine: AsyncEngine | None = None
 
-    async def start(self) -> None:
+    async def start(self, timings: bool = True) -> None:
+        """Start the manager and the fleet; with `timings`, under the bench's node timings
+        (`node_failure.TIMINGS`: beats every 2 s) from the start, else under the cluster's
+        defaults as shipped until `apply_timings`."""
         url = self.env["SOKOVAN_DB_URL"]
         await prepare_database(url, fresh=True)
         self.engine = create_async_engine(url, pool_size=4)
         self.token = await asyncio.to_thread(self.cluster.bootstrap)
-        await configure(self.env)
+        if timings:
+            await configure(self.env)
         self.cluster.start_manager(wait=False)
         rest = self.agents - self.doomed_count
         self.cluster.start_agent("bench", self.slots, simulate=rest, rpc_port=free_port())
@@ -79,6 +86,11 @@ class BenchCluster:
             await self.cluster.wait_ready(self.agents, within=120)
         except HarnessError as exc:
             raise RuntimeError(f"cluster did not come up; see {self.logdir}: {exc}") from exc
+
+    async def apply_timings(self) -> None:
+        """Put the bench's node timings in etcd; the manager and the agents follow them live."""
+        await configure(self.env)
+        await asyncio.sleep(TIMINGS_SETTLE_S)
 
     def manager_pids(self) -> list[int]:
         """The manager's processes: the one started and its workers (its children). Read from the

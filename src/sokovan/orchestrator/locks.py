@@ -9,8 +9,10 @@ releases its locks, and a survivor takes the lanes over within that time.
 
 With `mine` (the lanes this manager should hold: the workers of `sokovan manager --workers N`
 share the lanes out, so both cores orchestrate), a manager asks at once only for its own lanes,
-and for the others once `adopt_after` seconds have passed since it started: a lane whose worker
-is gone is taken over then.
+and for the others once `adopt_after` seconds have passed since it started, and then only every
+`adopt_every` seconds: the workers of one manager stop together, so another worker's lane is free
+only when a whole manager is gone, and each of that manager's lanes is still some live worker's
+own, asked for every `retry_after`.
 
 The lock connection is checked before each cycle (a connection PostgreSQL closed is noticed by
 asyncpg at once) and, every `verify_every` seconds, with a query: a lost connection drops every
@@ -40,6 +42,7 @@ log = structlog.get_logger(__name__)
 RETRY_AFTER = 1.0
 VERIFY_EVERY = 5.0
 ADOPT_AFTER = 3.0
+ADOPT_EVERY = 5.0
 
 
 def lock_key(name: str) -> int:
@@ -57,12 +60,14 @@ class CycleLock:
         verify_every: float = VERIFY_EVERY,
         mine: Callable[[str], bool] | None = None,
         adopt_after: float = ADOPT_AFTER,
+        adopt_every: float = ADOPT_EVERY,
     ) -> None:
         self._engine = engine
         self._retry_after = retry_after
         self._verify_every = verify_every
         self._mine = mine
         self._adopt_from = time.monotonic() + adopt_after
+        self._adopt_every = adopt_every
         self._conn: AsyncConnection | None = None
         self._io = asyncio.Lock()  # one statement at a time on the lock connection
         self._held: set[str] = set()
@@ -96,10 +101,12 @@ class CycleLock:
                 await conn.execute(text("SELECT 1"))
                 self._verified = now
             return True
-        if now - self._refused.get(name, -self._retry_after) < self._retry_after:
+        theirs = self._mine is not None and not self._mine(name)  # another worker's lane
+        wait = self._adopt_every if theirs else self._retry_after
+        if now - self._refused.get(name, -wait) < wait:
             return False
-        if self._mine is not None and not self._mine(name) and now < self._adopt_from:
-            return False  # another worker's lane: its worker takes it first
+        if theirs and now < self._adopt_from:
+            return False  # its worker takes it first
         acquired = bool(
             (await conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": lock_key(name)})).scalar()
         )

@@ -11,14 +11,11 @@ from sokovan.bus.user_events import UserEventPublisher
 from sokovan.orchestrator.deployment.handler import DeploymentHandler
 from sokovan.orchestrator.deployment.kind import deployment_kind
 from sokovan.orchestrator.locks import CycleLock
-from sokovan.orchestrator.spine.coordinator import Coordinator
-from sokovan.orchestrator.spine.outcome import OutcomeChange, OutcomeResult
+from sokovan.orchestrator.spine.outcome_coordinator import OutcomeCoordinator
 from sokovan.state.serving_reads import DeploymentRow
 
 
-class DeploymentCoordinator(
-    Coordinator[DeploymentHandler, DeploymentRow, OutcomeChange[DeploymentRow], OutcomeResult]
-):
+class DeploymentCoordinator(OutcomeCoordinator[DeploymentHandler, DeploymentRow]):
     def __init__(
         self,
         engine: AsyncEngine,

@@ -11,12 +11,11 @@ from sokovan.bus.user_events import UserEventPublisher
 from sokovan.orchestrator.locks import CycleLock
 from sokovan.orchestrator.route.handler import RouteHandler
 from sokovan.orchestrator.route.kind import route_kind
-from sokovan.orchestrator.spine.coordinator import Coordinator
-from sokovan.orchestrator.spine.outcome import OutcomeChange, OutcomeResult
+from sokovan.orchestrator.spine.outcome_coordinator import OutcomeCoordinator
 from sokovan.state.serving_reads import RouteRow
 
 
-class RouteCoordinator(Coordinator[RouteHandler, RouteRow, OutcomeChange[RouteRow], OutcomeResult]):
+class RouteCoordinator(OutcomeCoordinator[RouteHandler, RouteRow]):
     def __init__(
         self,
         engine: AsyncEngine,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from prometheus_client import Counter
+from sqlalchemy import distinct, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.bus.user_events import UserEvent
@@ -97,6 +98,12 @@ class OutcomeKind(Generic[RowT, StatusT]):
         self, conn: AsyncConnection, handler: OutcomeHandler[RowT, StatusT], now: dt.datetime
     ) -> Sequence[RowT]:
         return await self._fetch(conn, handler.reads if handler.reads is not None else handler.targets)
+
+    async def present(self, conn: AsyncConnection, statuses: Sequence[str]) -> frozenset[str]:
+        """Which of `statuses` some entity is in now."""
+        status = self._table.model.status
+        rows = await conn.execute(select(distinct(status)).where(status.in_(statuses)))
+        return frozenset(rows.scalars())
 
     def judge(
         self,
