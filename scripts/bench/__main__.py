@@ -6,8 +6,9 @@ steady run; 0 skips it), BENCH_MANAGER_WORKERS (auto: `sokovan manager` as shipp
 core), BENCH_OBSERVER (1: a `/v2/events` reader and a `GET /v2/agents` poll every second watch every
 phase, scripts/bench/observer.py; 0: unwatched), BENCH_REPEAT (3 rounds, each on a fresh cluster;
 medians are reported), BENCH_IDLE_SECONDS (60: the manager's CPU at rest with the fleet and the
-observer, per minute, under the cluster's defaults as shipped: a beat per agent every 10 s; the
-bench's own node timings, beats every 2 s, are put in etcd after it; 0 skips it),
+observer, per minute; 0 skips it), with every phase but the node-failure one under the
+cluster's defaults as shipped (a beat per agent every 10 s): the bench's own node timings (beats
+every 2 s, a 6 s timeout) are put in etcd just before that phase,
 BENCH_CYCLE (1: also time single cycles), BENCH_DEPLOYMENTS (200; 0 skips the deployments phase),
 BENCH_REPLICAS (5 per deployment), BENCH_NODE_FAILURE (100 of the agents killed at once after the
 burst; 0 skips the node-failure phase), BENCH_CONTAINERS (1: also the container phase of
@@ -87,7 +88,6 @@ async def one_round(
             before = cpu_seconds(pids)
             await asyncio.sleep(idle_s)
             out["idle_manager_cpu_s_per_min"] = cpu_used(before, cpu_seconds(pids)) * 60 / idle_s
-        await cluster.apply_timings()  # the node-failure phase's timings, beats every 2 s
         # Steady run first, with short sessions, so the burst starts on an empty cluster.
         lanes = LaneCycles(cluster.api, worker_count(workers))
         await lanes.start()
@@ -127,6 +127,7 @@ async def one_round(
             manager_rss_mib_max_worker=max(rss, default=float("nan")),
         )
         if cluster.doomed is not None:
+            await cluster.apply_timings()  # its short timeout and grace, beats every 2 s
             out.update(await node_failure_phase(cluster.engine, cluster.doomed))
     finally:
         if observer is not None:

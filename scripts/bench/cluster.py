@@ -14,7 +14,7 @@ from pathlib import Path
 import redis.asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from scripts.bench.node_failure import DOOMED_PREFIX, configure
+from scripts.bench.node_failure import DOOMED_PREFIX, TIMINGS, configure
 from sokovan.bus.hints import Hint, HintPublisher
 from sokovan.harness import AgentProc, HarnessError, LocalCluster, free_port, prepare_database, read_env_file
 
@@ -34,7 +34,9 @@ async def fresh_database(server_url: str, name: str) -> str:
     return url
 
 
-TIMINGS_SETTLE_S = 3.0  # for every agent to have read the new heartbeat interval (a watch)
+# For every agent to beat at a new interval: it reads it within a second (a watch, then the
+# fleet's loop) and beats within that interval after.
+TIMINGS_SETTLE_S = 5.0
 
 
 class BenchCluster:
@@ -88,9 +90,12 @@ class BenchCluster:
             raise RuntimeError(f"cluster did not come up; see {self.logdir}: {exc}") from exc
 
     async def apply_timings(self) -> None:
-        """Put the bench's node timings in etcd; the manager and the agents follow them live."""
-        await configure(self.env)
+        """Put the bench's node timings in etcd (the manager and the agents follow them live): the
+        fleet's faster beats first, under the default timeout, and the short timeout only once
+        every agent beats at the new pace, so that no live agent is judged silent meanwhile."""
+        await configure(self.env, {"heartbeat_interval": TIMINGS["heartbeat_interval"]})
         await asyncio.sleep(TIMINGS_SETTLE_S)
+        await configure(self.env)
 
     def manager_pids(self) -> list[int]:
         """The manager's processes: the one started and its workers (its children). Read from the

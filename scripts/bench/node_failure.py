@@ -31,13 +31,13 @@ TIMINGS = {
 RETRY_DEFAULT = {"max_retries": 2, "retry_delay": 1.0}
 
 
-async def configure(env: Mapping[str, str]) -> None:
-    """The run's node timings and retry default, in etcd under the run's prefix."""
+async def configure(env: Mapping[str, str], lifecycle: Mapping[str, Any] = TIMINGS) -> None:
+    """The run's node timings (`lifecycle`) and retry default, in etcd under the run's prefix."""
     host, _, port = env.get("SOKOVAN_ETCD", "127.0.0.1:2379").rpartition(":")
     prefix = env["SOKOVAN_ETCD_PREFIX"]
     client = aetcd.Client(host=host or "127.0.0.1", port=int(port))
     try:
-        await client.put(f"{prefix}/config/manager/node_lifecycle".encode(), json.dumps(TIMINGS).encode())
+        await client.put(f"{prefix}/config/manager/node_lifecycle".encode(), json.dumps(lifecycle).encode())
         await client.put(
             f"{prefix}/config/manager/retry_policy_default".encode(), json.dumps(RETRY_DEFAULT).encode()
         )
