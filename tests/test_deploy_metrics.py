@@ -234,6 +234,18 @@ def test_promtool_accepts_the_rules_the_config_and_the_dashboard_queries(tmp_pat
         assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_the_alert_rules_pass_their_unit_tests() -> None:
+    """`promtool test rules` on deploy/prometheus/sokovan-rules.test.yml: the GPU alert fires for a
+    device unhealthy for a minute, not for a blip."""
+    assert shutil.which("promtool"), "promtool is missing: run scripts/test-tools.sh (make test does)"
+    tests = RULES.with_name("sokovan-rules.test.yml")
+    done = subprocess.run(
+        ["promtool", "test", "rules", str(tests)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout + done.stderr
+
+
 def test_the_dashboard_takes_its_datasource_as_a_variable() -> None:
     dash = json.loads(DASHBOARD.read_text())
     (variable,) = [v for v in dash["templating"]["list"] if v["name"] == "datasource"]

@@ -43,8 +43,16 @@ class BenchCluster:
     """`agents` hollow agents in all; with `doomed`, that many of them in a fleet process of their
     own (ids `b-doomed-NNNN`) that the node-failure phase kills."""
 
-    def __init__(self, agents: int, slots: str, workers: str = "auto", doomed: int = 0) -> None:
+    def __init__(
+        self,
+        agents: int,
+        slots: str,
+        workers: str = "auto",
+        doomed: int = 0,
+        fleet_args: tuple[str, ...] = (),
+    ) -> None:
         self.agents = agents
+        self.fleet_args = fleet_args  # more options of the fleet's `sokovan agent` (e.g. --gpus 8)
         self.slots = slots
         self.doomed_count = doomed
         self.doomed: AgentProc | None = None
@@ -79,7 +87,9 @@ class BenchCluster:
             await configure(self.env)
         self.cluster.start_manager(wait=False)
         rest = self.agents - self.doomed_count
-        self.cluster.start_agent("bench", self.slots, simulate=rest, rpc_port=free_port())
+        self.cluster.start_agent(
+            "bench", self.slots, simulate=rest, rpc_port=free_port(), extra=self.fleet_args
+        )
         if self.doomed_count:
             self.doomed = self.cluster.start_agent(
                 DOOMED_PREFIX, self.slots, simulate=self.doomed_count, rpc_port=free_port()

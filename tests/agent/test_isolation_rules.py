@@ -42,6 +42,7 @@ def test_kernel_environ(
     assert {key: env[key] for key in want} == want
     assert env["SOKOVAN_SESSION_ID"] == "s"
     allowed = {"PATH", "HOME", "TMPDIR", "LANG", "SOKOVAN_KERNEL_ID", "SOKOVAN_SESSION_ID", "PORT"}
+    allowed |= {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}  # empty: a kernel given no GPU
     assert set(env) <= allowed | set(image) | set(environ)  # nothing of the agent's own environment
 
 

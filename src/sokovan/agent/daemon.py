@@ -25,7 +25,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,9 @@ from pydantic import BaseModel
 from sokovan.agent.backends import ContainerConfig, KernelBackend, container_backend, open_engine
 from sokovan.agent.container.engine_client import close_client
 from sokovan.agent.fence import Fence
+from sokovan.agent.gpu.hollow import HollowDevices
+from sokovan.agent.gpu.nvml import NvmlDevices
+from sokovan.agent.gpu.source import DeviceSource, NoDevices, offered_slots
 from sokovan.agent.health import DEFAULT_MIN_FREE_DISK, check_health
 from sokovan.agent.heartbeat_timing import HeartbeatInterval
 from sokovan.agent.images import ImageCatalog
@@ -51,6 +54,7 @@ from sokovan.agent.signals import run_until
 from sokovan.agent.state_file import StateFile, default_path
 from sokovan.agent.work_dir import default_work_dir, ensure_work_dir
 from sokovan.common.events import AgentHeartbeat, AgentStopping, KernelTerminated
+from sokovan.common.gpu import DEVICE_SLOT
 from sokovan.common.lifecycle import Service
 from sokovan.common.rpc import (
     AcceptedResponse,
@@ -97,12 +101,23 @@ class AgentConfig:
     housekeeping_interval: float = HOUSEKEEPING_INTERVAL
     containers: ContainerConfig = field(default_factory=ContainerConfig)
     service_host: str | None = None  # where inference ports are published (default: from rpc_host)
+    # GPUs (CONTRACT section 15): None finds them through NVML; a number declares that many hollow
+    # devices (`--gpus`, for tests on machines without one), unhealthy where `device_faults` says.
+    gpus: int | None = None
+    device_faults: Path | None = None
 
     def resolved_work_dir(self) -> Path:
         return self.work_dir or default_work_dir(self.agent_id)
 
     def resolved_state_file(self) -> Path:
         return self.state_file or default_path(self.resolved_work_dir())
+
+
+def device_source(config: AgentConfig) -> DeviceSource:
+    """The agent's GPUs: declared hollow ones (`--gpus`), else NVML's, else none."""
+    if config.gpus is not None:
+        return HollowDevices(config.agent_id, config.gpus, config.device_faults)
+    return NvmlDevices.discover() or NoDevices()
 
 
 class AgentDaemon(Service):
@@ -130,6 +145,7 @@ class AgentDaemon(Service):
             state=StateFile(self.state_file, config.agent_id),
             isolation=self.isolation,
         )
+        self.gpus = device_source(config)
         self._engine: aiodocker.Docker | None = None
         self._calls: set[asyncio.Task[None]] = set()
         self.interval = HeartbeatInterval(settings, config.heartbeat_interval)
@@ -168,9 +184,10 @@ class AgentDaemon(Service):
             log.warning("agent.no_engine", reason=opened, backend="process")
             return
         self._engine, url = opened
+        containers = self.config.containers
         self.backend = container_backend(
             self._engine,
-            self.config.containers,
+            replace(containers, options=replace(containers.options, real_devices=self.gpus.real)),
             agent_id=self.agent_id,
             work_dir=self.work_dir,
             emit=self._emit,
@@ -258,6 +275,8 @@ class AgentDaemon(Service):
     def _heartbeat(self) -> None:
         self._seq += 1
         running = self.backend.running_kernels()
+        slots = self.config.slots.to_json()
+        devices = self.gpus.sample()
         self._outbox.emit(
             AgentHeartbeat(
                 agent_id=self.agent_id,
@@ -266,7 +285,7 @@ class AgentDaemon(Service):
                 agent_class=self.config.agent_class.value,
                 health=check_health(self.work_dir, self.config.min_free_disk),
                 scaling_group=self.config.scaling_group,
-                available_slots=self.config.slots.to_json(),
+                available_slots=offered_slots(slots, devices, fixed=DEVICE_SLOT in slots),
                 images=self.backend.images_offered(),
                 registries=self.backend.registries,
                 backend=self.backend.name,
@@ -274,6 +293,7 @@ class AgentDaemon(Service):
                 running_kernels=running,
                 kernel_count=len(running),
                 max_kernels=self.config.max_kernels,
+                devices=devices,
             )
         )
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import structlog
 
+from sokovan.agent.gpu.hollow import FaultsFile
 from sokovan.agent.health import FleetHealth
 from sokovan.agent.heartbeat_timing import HeartbeatInterval
 from sokovan.agent.hollow_agent import HollowAgent, HollowBehaviour
@@ -42,6 +43,7 @@ from sokovan.agent.rpc_server import RPCServer
 from sokovan.agent.runtime import AgentLink
 from sokovan.agent.signals import run_until
 from sokovan.common.events import AgentStopping
+from sokovan.common.gpu import DEVICE_SLOT
 from sokovan.common.lifecycle import Service
 from sokovan.common.settings import Settings
 from sokovan.common.slots import ResourceSlots
@@ -97,6 +99,8 @@ class HollowConfig:
     # Fault injection for tests: the first event of each of these kinds, across the whole fleet,
     # is dropped (see outbox.EventDropper).
     drop_events: frozenset[str] = frozenset()
+    gpus: int = 0  # hollow GPUs per agent (CONTRACT section 15)
+    device_faults: Path | None = None  # lines `<agent id> <index>`: those devices are unhealthy
 
     def __post_init__(self) -> None:
         if self.count < 1:
@@ -131,10 +135,13 @@ class HollowFleet(Service):
             agent_class=config.agent_class.value,
             stop_delay=config.stop_delay,
             ignore_term=config.ignore_term,
+            gpus=config.gpus,
+            fixed_device_slots=DEVICE_SLOT in config.slots.to_json(),
         )
         self.interval = HeartbeatInterval(settings, config.heartbeat_interval)
         self.health = FleetHealth()
         self.pauses = PauseFile(config.pause_file)
+        self.faults = FaultsFile(config.device_faults)
         self.services = HollowServices()
         self.keeper = (
             StateKeeper(HollowStateFile(config.state_file), self._snapshot) if config.state_file else None
@@ -269,10 +276,11 @@ class HollowFleet(Service):
                 due = [(min(at, _next_beat(start + interval * i / count, interval, now)), i) for at, i in due]
                 heapq.heapify(due)
             paused, health, rpc_addr = self.pauses.refresh(), self.health.current(), self.rpc_addr
+            faults = self.faults.refresh()
             while due and due[0][0] <= now:
                 at, i = heapq.heappop(due)
                 if agents[i].agent_id not in paused:
-                    agents[i].heartbeat(rpc_addr, health)
+                    agents[i].heartbeat(rpc_addr, health, faults)
                 heapq.heappush(due, (_next_beat(start + interval * i / count, interval, max(at, now)), i))
             wait = min(max(due[0][0] - loop.time(), TICK), FOLLOW_STEP)
             with contextlib.suppress(TimeoutError):

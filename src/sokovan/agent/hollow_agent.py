@@ -37,6 +37,8 @@ from sokovan.agent.events import (
     kernel_ids,
     valid_kernel_id,
 )
+from sokovan.agent.gpu.hollow import hollow_devices
+from sokovan.agent.gpu.source import offered_slots
 from sokovan.agent.hollow_services import HollowServices
 from sokovan.agent.hollow_state import HollowKernelRecord
 from sokovan.agent.images import ImageCatalog
@@ -111,6 +113,8 @@ class HollowBehaviour:
     agent_class: str = "standard"
     stop_delay: float = 0.0  # seconds a kernel takes to end after SIGTERM (its simulated reaction)
     ignore_term: bool = False  # every kernel ignores SIGTERM: it ends only when its grace ends
+    gpus: int = 0  # hollow devices per agent (`--gpus`)
+    fixed_device_slots: bool = False  # `--slots` names cuda.device: it wins over the devices
 
 
 class _Kernel:
@@ -167,10 +171,15 @@ class HollowAgent:
     def running_kernels(self) -> list[str]:
         return sorted(self._live)
 
-    def heartbeat(self, rpc_addr: str, health: AgentHealth | None = None) -> None:
+    def heartbeat(
+        self, rpc_addr: str, health: AgentHealth | None = None, faults: set[tuple[str, int]] | None = None
+    ) -> None:
         """Emit the next beat; `health` is the fleet's shared summary (healthy by default)."""
         self.seq += 1
         running = self.running_kernels()
+        behaviour = self._behaviour
+        devices = hollow_devices(self.agent_id, behaviour.gpus, faults or set()) if behaviour.gpus else []
+        slots = offered_slots(behaviour.available_slots, devices, behaviour.fixed_device_slots)
         self._emit(
             AgentHeartbeat(
                 agent_id=self.agent_id,
@@ -179,13 +188,14 @@ class HollowAgent:
                 agent_class=self._behaviour.agent_class,
                 health=health if health is not None else AgentHealth(),
                 scaling_group=self._behaviour.scaling_group,
-                available_slots=self._behaviour.available_slots,
+                available_slots=slots,
                 images=self._images,
                 backend="hollow",
                 rpc_addr=rpc_addr,
                 running_kernels=running,
                 kernel_count=len(running),
                 max_kernels=self._behaviour.max_kernels,
+                devices=devices,
             )
         )
 

@@ -171,6 +171,7 @@ class ProcessBackend:
             kernel_id=spec.kernel_id,
             session_id=spec.session_id,
             port=port,
+            devices=spec.devices,
         )
         mark = oom_kill_count()
         try:

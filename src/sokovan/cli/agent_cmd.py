@@ -4,7 +4,7 @@ Every option is also a config-file key (`id`, `scaling_group`, `slots`, `rpc_hos
 `images`, `work_dir`, `kill_grace`, `heartbeat_interval`, `class`, `min_free_disk`, `state_file`,
 `simulate`, `pull_delay`, `pull_failure_rate`, `seed`, `max_kernels`, `pause_file`, `drop_events`,
 `kernel_uids`, `max_log_bytes`, `max_work_dir_bytes`, `keep_ended_kernels`, `max_outbox`,
-`secret_file`); a flag wins over the file.
+`secret_file`, `gpus`, `device_faults`); a flag wins over the file.
 
 The cluster secret comes from `--secret-file` (env SOKOVAN_CLUSTER_SECRET_FILE; a file others
 cannot read, see `agent.secret_file`) or from SOKOVAN_CLUSTER_SECRET; either way it is then
@@ -130,6 +130,20 @@ async def _serve(settings: Settings, config: AgentConfig | HollowConfig) -> None
     "--pause-file",
     default=None,
     help="With --simulate: agents listed in this file (one id a line) send no heartbeats.",
+)
+@click.option(
+    "--gpus",
+    type=int,
+    default=None,
+    metavar="G",
+    help="Declare G hollow GPUs (each hollow agent's, with --simulate) instead of finding devices "
+    "through NVML: UUIDs GPU-hollow-<agent id>-<index>, cuda.device=G in the slots.",
+)
+@click.option(
+    "--device-faults",
+    default=None,
+    metavar="FILE",
+    help="With --gpus: while FILE has a line '<agent id> <index>', that device is reported unhealthy.",
 )
 @click.option(
     "--max-kernels",

@@ -94,6 +94,8 @@ class AgentFlags:
     min_free_disk: str | None = None
     state_file: str | None = None
     pause_file: str | None = None
+    gpus: int | None = None
+    device_faults: str | None = None
     drop_events: str | None = None
     kernel_uids: str | None = None
     max_log_bytes: str | None = None
@@ -158,6 +160,7 @@ def build_config(file_values: dict[str, Any], flags: AgentFlags) -> AgentConfig:
         isolation=config.isolation,
     )
     config.service_host = pick(flags.service_host, file_values, "service_host", str)
+    config.gpus, config.device_faults = _gpus(flags, file_values)
     return config
 
 
@@ -277,7 +280,19 @@ def build_hollow_config(
     )
     pause_file = pick(flags.pause_file, file_values, "pause_file", str)
     config.pause_file = Path(pause_file) if pause_file else None
+    config.gpus, config.device_faults = base.gpus or 0, base.device_faults
     config.state_file = base.state_file
     if interval is not None:
         config.heartbeat_interval = float(interval)
     return config
+
+
+def _gpus(flags: AgentFlags, file_values: dict[str, Any]) -> tuple[int | None, Path | None]:
+    """`--gpus` (hollow devices; None: NVML's) and `--device-faults`."""
+    gpus = pick(flags.gpus, file_values, "gpus", int)
+    if gpus is not None and not 0 <= gpus <= 64:
+        raise click.ClickException(f"--gpus {gpus}: between 0 and 64 devices")
+    faults = pick(flags.device_faults, file_values, "device_faults", str)
+    if faults and gpus is None:
+        raise click.ClickException("--device-faults needs --gpus (it marks hollow devices)")
+    return gpus, Path(faults) if faults else None

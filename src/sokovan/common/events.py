@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
 
+from sokovan.common.gpu import DeviceInfo
 from sokovan.common.signing import canonical, format_time, new_nonce, parse_time, sign, valid_nonce, verify
 
 
@@ -64,6 +65,7 @@ class AgentHeartbeat(_Event):
     kernel_count: int | None = None  # len(running_kernels) when None
     # How many kernels the agent takes at most (None: as many as its slots allow).
     max_kernels: int | None = None
+    devices: list[DeviceInfo] = Field(default_factory=list)  # its GPUs (CONTRACT section 15)
 
 
 class AgentStopping(_Event):

@@ -85,6 +85,25 @@ AGENT_TRANSITIONS = Counter(
     "sokovan_agent_transitions_total", "Agent status transitions applied", ["from_status", "to_status"]
 )
 AGENTS_BY_STATUS = Gauge("sokovan_agents", "Agents by status (node lifecycle)", ["status"])
+# GPUs (CONTRACT section 15), from the agents' last heartbeats (`node.handlers.publish_devices`).
+GPU_DEVICE_HEALTHY = Gauge(
+    "sokovan_gpu_device_healthy", "1 while a GPU is healthy, 0 while unhealthy", ["agent", "device", "uuid"]
+)
+GPU_DEVICE_TEMPERATURE = Gauge(
+    "sokovan_gpu_device_temperature_celsius", "A GPU's temperature", ["agent", "device"]
+)
+GPU_DEVICE_UTILIZATION = Gauge(
+    "sokovan_gpu_device_utilization_percent", "A GPU's utilization over its last sample", ["agent", "device"]
+)
+GPU_DEVICE_MEMORY_USED = Gauge(
+    "sokovan_gpu_device_memory_used_bytes", "A GPU's memory in use", ["agent", "device"]
+)
+GPU_DEVICE_ECC = Gauge(
+    "sokovan_gpu_device_ecc_uncorrected", "A GPU's uncorrectable ECC errors (volatile)", ["agent", "device"]
+)
+GPU_KERNEL_DEVICES = Gauge(
+    "sokovan_gpu_kernel_devices", "GPUs held by a live kernel", ["agent", "kernel", "session"]
+)
 HEARTBEATS_REPLAYED = Counter(
     "sokovan_heartbeats_replayed_total",
     "Heartbeats refused because their sequence did not grow within their boot (replays)",

@@ -76,6 +76,9 @@ class KernelSpec(BaseModel):
     # How many kernels the session has (its cluster's size): a container agent derives the cluster's
     # hostnames and launcher variables (`SOKOVAN_CLUSTER_HOSTS`, `WORLD_SIZE`) from it.
     cluster_size: int = 1
+    # The UUIDs of the GPUs the manager gave the kernel (CONTRACT section 15): the agent binds
+    # exactly these (`CUDA_VISIBLE_DEVICES`, the engine's device requests), none when empty.
+    devices: list[str] = Field(default_factory=list)
 
 
 class CheckAndPullRequest(BaseModel):

@@ -160,6 +160,8 @@ class Agent(Base):
     # How the agent runs kernels (`container`, `process`, `hollow`), as its heartbeats say; for the
     # API only (placement reads none of it, so the fingerprint and the set version leave it out).
     backend: Mapped[str] = mapped_column(String(16), nullable=False, server_default="process")
+    # Its GPUs as its last heartbeat reported them (CONTRACT section 15; `common.gpu.DeviceInfo`).
+    devices: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, nullable=False, server_default=EMPTY_LIST)
     # What placement parses, fingerprinted by PostgreSQL whenever the row is written
     # (`provisioner.agent_statics`): equal fingerprints, equal capacity and images.
     statics_fingerprint: Mapped[str] = mapped_column(
@@ -276,6 +278,8 @@ class Kernel(Base):
     # reported by container agents when the kernel runs, NULL otherwise (CONTRACT section 11).
     image_ref: Mapped[str | None] = mapped_column(String(512), nullable=True)
     image_digest: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    # The UUIDs of the GPUs it was given when placed (`provisioner.devices`); empty for none.
+    devices: Mapped[list[str]] = mapped_column(JSONB, nullable=False, server_default=EMPTY_LIST)
 
 
 class SessionDependency(Base):

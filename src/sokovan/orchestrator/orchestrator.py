@@ -47,6 +47,7 @@ from sokovan.orchestrator.node.handlers.confirm_down import ConfirmDown
 from sokovan.orchestrator.node.handlers.count_agents import CountAgents
 from sokovan.orchestrator.node.handlers.detect_silence import DetectSilence
 from sokovan.orchestrator.node.handlers.expire_boot import ExpireBoot
+from sokovan.orchestrator.node.handlers.publish_devices import PublishDevices
 from sokovan.orchestrator.node.mass_silence import Holds
 from sokovan.orchestrator.node.watch import Watch
 from sokovan.orchestrator.retry.engine import RetryCoordinator
@@ -193,6 +194,7 @@ def node_lanes(
             ExpireBoot(config),
             CompleteDrain(engine, config, holds),
             CountAgents(engine),
+            PublishDevices(engine),
         ]
     }
 

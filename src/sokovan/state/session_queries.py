@@ -96,7 +96,16 @@ def _kernels_column() -> Any:
     """Each session's kernels (with their agents' addresses), in cluster order, as one JSON array:
     read with the sessions, not by a second statement."""
     k, agent = Kernel.__table__.alias("k"), Agent.__table__.alias("ka")
-    fields = ("id", "status", "agent_id", "cluster_role", "cluster_idx", "occupied_slots", "exit_code")
+    fields = (
+        "id",
+        "status",
+        "agent_id",
+        "cluster_role",
+        "cluster_idx",
+        "occupied_slots",
+        "exit_code",
+        "devices",
+    )
     kernel = func.json_build_object(
         *(part for name in fields for part in (name, k.c[name])),
         "status_info",

@@ -47,6 +47,7 @@ class KernelInfo:
     occupied_slots: ResourceSlots
     exit_code: int | None
     status_info: dict[str, Any]
+    devices: tuple[str, ...] = ()  # the GPUs it was given when placed
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,7 @@ def _kernel(k: dict[str, Any]) -> KernelInfo:
         occupied_slots=ResourceSlots.from_json(k["occupied_slots"]),
         exit_code=k["exit_code"],
         status_info=dict(k["status_info"] or {}),
+        devices=tuple(k.get("devices") or ()),
     )
 
 

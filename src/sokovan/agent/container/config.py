@@ -12,7 +12,9 @@ command and a `setsid` forker dies with the container's PID namespace. It gets:
   and ulimits within the agent's own hard limits (the runtime refuses more, with EPERM);
 - the environment `kernel_env` would give a process kernel (never the agent's), its cluster
   variables, and the session's `environ`;
-- its session's network with its cluster hostname as alias, or none when told so.
+- its session's network with its cluster hostname as alias, or none when told so;
+- exactly the GPUs it was given (`CUDA_VISIBLE_DEVICES`, `NVIDIA_VISIBLE_DEVICES` and, where the
+  agent's devices are real, a device request for their UUIDs), none for a kernel given none.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from sokovan.agent.container.cluster_env import cluster_environ, hostname
 from sokovan.agent.container.labels import KernelLabels
 from sokovan.agent.kernel_limits import DEFAULT_PIDS, limits_for
+from sokovan.common.gpu import visible_devices
 from sokovan.common.rpc import KernelSpec
 
 WORK_DIR = "/home/work"
@@ -53,6 +56,9 @@ class ContainerOptions:
     tmp_bytes: int = 2**30  # /tmp
     shm_bytes: int = 64 * 2**20  # /dev/shm
     max_log_bytes: int = 16 * 2**20
+    # The agent's GPUs are NVML's (not hollow): a kernel given devices gets exactly those from the
+    # engine (a device request naming their UUIDs), besides CUDA_VISIBLE_DEVICES.
+    real_devices: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,7 @@ def kernel_env(spec: KernelSpec, port: int | None) -> dict[str, str]:
     env.update(cluster_environ(spec.cluster_size, spec.cluster_idx, spec.environ))
     env.update(spec.environ)
     env.update(SOKOVAN_KERNEL_ID=spec.kernel_id, SOKOVAN_SESSION_ID=spec.session_id)
+    env.update(visible_devices(spec.devices))
     if port is not None:
         env["PORT"] = str(port)
     return env
@@ -121,6 +128,10 @@ def create_request(
     if slots.cpu is not None:
         host["CpuPeriod"] = CPU_PERIOD
         host["CpuQuota"] = max(1000, int(slots.cpu * CPU_PERIOD))
+    if spec.devices and options.real_devices:
+        host["DeviceRequests"] = [
+            {"Driver": "nvidia", "DeviceIDs": list(spec.devices), "Capabilities": [["gpu"]]}
+        ]
     env = kernel_env(spec, placement.port)
     body: dict[str, Any] = {
         "Image": placement.image,

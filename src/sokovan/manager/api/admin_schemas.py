@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from sokovan.common.gpu import DeviceInfo
 from sokovan.common.preemption import PreemptionSettings
 from sokovan.common.retry_policy import RetryPolicy
 from sokovan.common.slots import ResourceSlots
@@ -314,6 +315,9 @@ class AgentOut(BaseModel):
     )
     backend: str = Field(default="process", description="how it runs kernels: container, process or hollow")
     rpc_addr: str | None = Field(description="where it serves RPC; null for a caller that is not an admin")
+    devices: list[DeviceInfo] = Field(
+        default_factory=list, description="its GPUs with their health, as its last heartbeat reported them"
+    )
 
 
 class AgentList(BaseModel):

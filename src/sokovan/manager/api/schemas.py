@@ -72,6 +72,9 @@ class KernelOut(BaseModel):
     image_digest: str | None = Field(
         default=None, description="the manifest digest (sha256:…) of the image it runs; null when unknown"
     )
+    devices: list[str] = Field(
+        default_factory=list, description="the UUIDs of the GPUs it was given (empty: none)"
+    )
 
 
 class SessionOut(BaseModel):

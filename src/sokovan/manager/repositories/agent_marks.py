@@ -17,7 +17,8 @@ from sokovan.manager.repositories.agents_read import AgentFilter
 from sokovan.manager.repositories.paging import decode_cursor, encode_cursor
 from sokovan.state.occupancy import slot_holding
 
-# Every column `agents_read._view` shows, split into the heartbeat's own and the rest; a kernel's id
+# Every column `agents_read._view` shows, split into the heartbeat's own (its sequence, time, health
+# and devices, whose readings change with every beat) and the rest; a kernel's id
 # and slots stand for what it holds (the occupancy and the kernel count are derived from them).
 # `hashtextextended` is PostgreSQL's own 64-bit string hash, a few times cheaper than md5 and as
 # good for telling a change (a digest, not a secret); each mark is one such hash, seeded with the
@@ -33,7 +34,7 @@ _MARKS = """
                 SELECT string_agg(k.id::text || k.occupied_slots::text, ',' ORDER BY k.id)
                 FROM kernels k WHERE k.agent_id = a.id AND k.status = ANY(:live))),
                 CAST(EXTRACT(EPOCH FROM a.status_changed_at) * 1000000 AS bigint)) AS state,
-           hashtextextended(concat_ws('|', a.heartbeat_seq, a.health::text),
+           hashtextextended(concat_ws('|', a.heartbeat_seq, a.health::text, a.devices::text),
                 COALESCE(CAST(EXTRACT(EPOCH FROM a.last_heartbeat_at) * 1000000 AS bigint), 0)) AS beat
     FROM (
         SELECT * FROM agents a WHERE a.id > :after {statuses} {group} ORDER BY a.id LIMIT :limit

@@ -113,6 +113,7 @@ def _beat_columns(hb: AgentHeartbeat, now: dt.datetime) -> dict[str, Any]:
         "running_kernels": hb.running_kernels,
         "agent_class": _agent_class(hb.agent_class),
         "health": hb.health.model_dump(mode="json"),
+        "devices": [d.model_dump(mode="json") for d in hb.devices],
     }
 
 
@@ -233,14 +234,15 @@ _REFRESH = text(
         rpc_addr = v.rpc_addr, images = v.images, boot_id = v.boot_id, heartbeat_seq = v.heartbeat_seq,
         heartbeat_signed_at = v.heartbeat_signed_at, last_heartbeat_at = v.last_heartbeat_at,
         max_kernels = v.max_kernels, running_kernels = v.running_kernels, agent_class = v.agent_class,
-        health = v.health, boot_failures = v.boot_failures, backend = v.backend,
+        health = v.health, boot_failures = v.boot_failures, backend = v.backend, devices = v.devices,
         status_info = CASE WHEN v.moved THEN v.status_info ELSE a.status_info END,
         status_changed_at = CASE WHEN v.moved THEN v.changed ELSE a.status_changed_at END
     FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS v(
         id text, status text, scaling_group text, available_slots jsonb, rpc_addr text, images jsonb,
         boot_id text, heartbeat_seq bigint, heartbeat_signed_at timestamptz,
         last_heartbeat_at timestamptz, max_kernels int, running_kernels jsonb, agent_class text,
-        health jsonb, boot_failures int, backend text, status_info jsonb, moved bool, changed timestamptz)
+        health jsonb, boot_failures int, backend text, devices jsonb, status_info jsonb, moved bool,
+        changed timestamptz)
     WHERE a.id = v.id AND a.id IN (SELECT unnest(CAST(:ids AS text[])))
     """
 )

@@ -37,6 +37,7 @@ _COLUMNS = (
     Agent.images,
     Agent.rpc_addr,
     Agent.backend,
+    Agent.devices,
 )
 
 
@@ -78,6 +79,7 @@ def _view(r: Any, occupied: dict[str, ResourceSlots], counts: dict[str, int]) ->
         "registries": registries,
         "backend": r.backend,
         "rpc_addr": r.rpc_addr,
+        "devices": list(r.devices or []),
     }
 
 

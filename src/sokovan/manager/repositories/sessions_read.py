@@ -119,6 +119,8 @@ _KERNELS_JSON = _correlated_json(
                         func.coalesce(Kernel.image_ref, Session.image),
                         "image_digest",
                         Kernel.image_digest,
+                        "devices",
+                        Kernel.devices,
                     ),
                     Kernel.cluster_idx,
                 )
@@ -259,6 +261,7 @@ def created_view(session: NewSession, owner: str, inserted: Inserted) -> dict[st
             "service_addr": None,
             "image": session.columns["image"],
             "image_digest": None,
+            "devices": [],
         }
         for idx, kernel_id in enumerate(session.kernel_ids)
     ]

@@ -9,6 +9,7 @@ The handlers and their moves (seed 002; the heartbeats' own moves are in `state.
 | ExpireBoot | BOOTING | FAILED | BOOTING for longer than `boot_timeout` |
 | CompleteDrain | DRAINING | DRAINED | no live kernel left (or silent past its grace: kernels ended) |
 | CountAgents | (none) | (stay) | publishes the agents-by-status gauge (one count per status) |
+| PublishDevices | (none) | (stay) | publishes the GPU gauges (per device, per kernel holding GPUs) |
 
 A handler reports verdicts (agent id → why, and whether its kernels end); the node kind turns
 them into guarded transitions to the handler's `moves_to`. A handler that can only act on some of

@@ -7,7 +7,8 @@ after the lock, so whatever another allocator bound to these agents is counted).
 taken by someone else or an agent would be overfull (another manager placed meanwhile), nothing is
 bound and the plan is replayed session by session with the same statement, so that only the
 sessions that conflict are left for the next cycle. Four round trips for a plan that fits: BEGIN,
-the lock, the bind, COMMIT.
+the lock, the bind, COMMIT; three more when it places kernels that ask for GPUs, which get their
+devices in the same transaction (`provisioner.devices`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.types import AgentStatus, KernelStatus
 from sokovan.db.models import ScalingGroup
+from sokovan.orchestrator.provisioner.devices import assign_devices
 from sokovan.orchestrator.provisioner.reasons import PLACED_MEANWHILE, filled_up
 from sokovan.orchestrator.provisioner.snapshot import Placement, Plan
 from sokovan.state.occupancy import slot_holding
@@ -101,6 +103,8 @@ class RepositoryAllocator:
             committed, conflicts = [p.session_id for p in plan.placements], {}
         except Conflict:
             committed, conflicts = await self._one_by_one(conn, plan.placements)
+        placed = set(committed)
+        await assign_devices(conn, [p for p in plan.placements if p.session_id in placed])
         if scaling_group is not None and plan.roundrobin_cursor is not None:
             await conn.execute(
                 update(ScalingGroup)

@@ -35,6 +35,7 @@ def kernel_spec(session: SessionWithKernels, kernel: KernelInfo) -> KernelSpec:
         cluster_role=kernel.cluster_role,
         cluster_idx=kernel.cluster_idx,
         cluster_size=session.cluster_size,
+        devices=list(kernel.devices),
     )
 
 

@@ -59,6 +59,7 @@ export class AgentsView {
       h("header", {}, h("span", { class: "name" }), badge(agent.status)),
       h("div", { class: "meta" }),
       h("div", { class: "bars" }),
+      h("div", { class: "devices" }),
       h("div", { class: "reason muted" }),
       h("footer", {}, h("span", { class: "beat muted" }), h("span", { class: "actions" })),
     );
@@ -79,6 +80,17 @@ export class AgentsView {
       (s) => s,
       (s) => h("div", { class: "bar" }, h("span", { class: "slot", text: s }), h("span", { class: "track" }, h("span", { class: "fill" })), h("span", { class: "value" })),
       (bar, s) => this.bar(bar, s, agent),
+    );
+    syncList(
+      el.querySelector(".devices"),
+      agent.devices || [],
+      (d) => d.uuid,
+      () => h("span", { class: "device" }),
+      (chip, d) => {
+        setData(chip, "state", d.status);
+        setText(chip, d.status === "healthy" ? `${d.id} ${d.model}` : `${d.id} unhealthy: ${d.reason || "?"}`);
+        chip.title = `${d.uuid} · ${d.temperature ?? "?"} °C · ${d.utilization ?? "?"} %`;
+      },
     );
     const info = agent.status_info || {};
     const by = info.by && !String(info.reason || "").includes(info.by) ? ` (by ${info.by})` : "";

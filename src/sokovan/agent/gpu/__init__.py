@@ -1,0 +1,1 @@
+"""An agent's GPUs: found through NVML or declared hollow, sampled for each heartbeat."""
