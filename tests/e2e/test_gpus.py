@@ -209,3 +209,25 @@ async def test_a_process_kernel_sees_exactly_its_devices(admin: Client) -> None:
     assert f"cuda=[{device}] nvidia=[{device}]" in await _logs(admin, gpu["id"])
     assert cpu_done["kernels"][0]["devices"] == []
     assert "cuda=[] nvidia=[]" in await _logs(admin, cpu["id"])
+
+
+def test_the_console_shows_an_agents_devices_and_the_unhealthy_one(cluster: Cluster, faults: Path) -> None:
+    from tests.e2e.browser import Page, start_browser
+
+    faults.write_text("gh-0002 5\n")
+    driver = start_browser()
+    try:
+        page = Page(driver, cluster.api)
+        page.open()
+        page.sign_in(cluster.token)
+        card = '[data-agent-id="gh-0002"]'
+        page.wait_for(lambda: len(page.all(f"{card} .device")) == PER_AGENT, "the agent card's devices")
+        bad = page.wait_for(
+            lambda: page.visible(f'{card} .device[data-state="unhealthy"]'), "the unhealthy chip"
+        )
+        assert bad.text.startswith("cuda:5 unhealthy")
+        assert page.one(f'{card} .device[data-state="healthy"]').text == "cuda:0 hollow"
+        page.screenshot("gpu-devices")
+    finally:
+        driver.quit()
+        faults.write_text("")
