@@ -12,13 +12,18 @@ process agent declaring 2 hollow devices, over REST v2 only.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import time
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from sokovan.harness import truncate_tables
 from tests.e2e.cluster import Client, Cluster
@@ -195,7 +200,7 @@ async def _logs(admin: Client, sid: str) -> str:
     return str(data["items"][0]["stdout"])
 
 
-async def test_a_process_kernel_sees_exactly_its_devices(admin: Client) -> None:
+async def test_a_process_kernel_sees_exactly_its_devices(admin: Client, db_url: str) -> None:
     show = 'echo "cuda=[$CUDA_VISIBLE_DEVICES] nvidia=[$NVIDIA_VISIBLE_DEVICES]"'
     gpu = await admin.create(**_gpu_session(1, show, group="default"))
     cpu = await admin.create(
@@ -207,14 +212,41 @@ async def test_a_process_kernel_sees_exactly_its_devices(admin: Client) -> None:
     (device,) = gpu_done["kernels"][0]["devices"]
     assert device.startswith("GPU-hollow-gpu-proc-")
     assert f"cuda=[{device}] nvidia=[{device}]" in await _logs(admin, gpu["id"])
+    engine = create_async_engine(db_url)
+    try:
+        async with engine.connect() as conn:
+            kernel_id = gpu_done["kernels"][0]["id"]
+            written = await conn.execute(
+                text(
+                    "SELECT message FROM kernel_scheduling_history"
+                    " WHERE kernel_id = :k AND source = 'allocator'"
+                ),
+                {"k": kernel_id},
+            )
+            assert written.scalars().all() == [f"devices: {device}"]  # its history names them too
+    finally:
+        await engine.dispose()
     assert cpu_done["kernels"][0]["devices"] == []
     assert "cuda=[] nvidia=[]" in await _logs(admin, cpu["id"])
+
+
+def _sync_agent(cluster: Cluster, agent_id: str) -> Any:
+    request = urllib.request.Request(f"{cluster.api}/v2/agents/{agent_id}")
+    request.add_header("Authorization", f"Bearer {cluster.token}")
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        return json.loads(resp.read())
 
 
 def test_the_console_shows_an_agents_devices_and_the_unhealthy_one(cluster: Cluster, faults: Path) -> None:
     from tests.e2e.browser import Page, start_browser
 
     faults.write_text("gh-0002 5\n")
+    # the page re-reads the fleet on events, and a device's health moves no status: open it once
+    # the manager has recorded the fault (the page shows what GET /v2/agents says)
+    deadline = time.monotonic() + 30
+    while _sync_agent(cluster, "gh-0002")["devices"][5]["status"] != "unhealthy":
+        assert time.monotonic() < deadline, "the fault was not recorded within 30 s"
+        time.sleep(0.3)
     driver = start_browser()
     try:
         page = Page(driver, cluster.api)

@@ -5,7 +5,8 @@ plan that fits by count has that many healthy devices free: devices taken by liv
 ones that turned unhealthy under them, are counted as used). In the allocator's transaction, after
 the bind and with the agents still locked, each bound kernel that asks for N devices gets N of its
 agent's healthy devices no live kernel holds, lowest index first, and they are written on the
-kernel (`kernels.devices`). A kernel's devices are free again as soon as it no longer holds slots.
+kernel (`kernels.devices`) and in its scheduling history (source `allocator`). A kernel's devices
+are free again as soon as it no longer holds slots.
 So no device is ever given twice, whichever manager placed the kernels: the agents' row locks
 order every allocator that touches them. An agent that names `cuda.device` in its slots but
 reports no devices gives its kernels none (nothing to bind).
@@ -32,11 +33,19 @@ _TAKEN = text(
       AND k.id <> ALL(CAST(:kernels AS uuid[])) AND k.devices <> '[]'::jsonb
     """
 )
+# The devices on the kernel, and a row of its scheduling history naming them.
 _WRITE = text(
     """
-    UPDATE kernels AS k SET devices = v.devices
-    FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS v(id uuid, devices jsonb)
-    WHERE k.id = v.id
+    WITH given AS (
+        UPDATE kernels AS k SET devices = v.devices
+        FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS v(id uuid, devices jsonb)
+        WHERE k.id = v.id
+        RETURNING k.id, k.session_id, k.devices
+    )
+    INSERT INTO kernel_scheduling_history (kernel_id, session_id, source, from_status, to_status, message)
+    SELECT id, session_id, 'allocator', NULL, NULL,
+           'devices: ' || (SELECT string_agg(d, ',') FROM jsonb_array_elements_text(devices) AS d)
+    FROM given ORDER BY id
     """
 )
 
