@@ -178,7 +178,7 @@ class HollowAgent:
         self.seq += 1
         running = self.running_kernels()
         behaviour = self._behaviour
-        devices = hollow_devices(self.agent_id, behaviour.gpus, faults or set()) if behaviour.gpus else []
+        devices = hollow_devices(self.agent_id, behaviour.gpus, faults or set())
         slots = offered_slots(behaviour.available_slots, devices, behaviour.fixed_device_slots)
         self._emit(
             AgentHeartbeat(

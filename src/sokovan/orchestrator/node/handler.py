@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from sqlalchemy import ColumnElement, func
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.common.types import AgentStatus
 from sokovan.db.models import Agent
@@ -92,3 +93,14 @@ def silence(row: AgentRow, now: dt.datetime) -> float:
     """Seconds since the agent's last heartbeat (since it became known when it never beat)."""
     last = row.last_heartbeat_at or row.status_changed_at
     return (now - last).total_seconds()
+
+
+class FleetGauge(NodeHandler):
+    """A handler that publishes gauges from its own reads: it is given no rows and moves nothing."""
+
+    targets: ClassVar[frozenset[AgentStatus]] = frozenset()
+    moves_to = None
+    always_runs = True
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine

@@ -5,25 +5,16 @@ It is given no rows: one `GROUP BY status` counts the fleet, whatever its size."
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
 
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.common.metrics import AGENTS_BY_STATUS
 from sokovan.common.types import AgentStatus
 from sokovan.db.models import Agent
-from sokovan.orchestrator.node.handler import AgentRow, NodeHandler, NodeResult
+from sokovan.orchestrator.node.handler import AgentRow, FleetGauge, NodeResult
 
 
-class CountAgents(NodeHandler):
-    targets: ClassVar[frozenset[AgentStatus]] = frozenset()
-    moves_to = None
-    always_runs = True
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
-
+class CountAgents(FleetGauge):
     async def execute(self, rows: Sequence[AgentRow]) -> NodeResult:
         async with self._engine.connect() as conn:
             counted = await conn.execute(select(Agent.status, func.count()).group_by(Agent.status))

@@ -10,11 +10,10 @@ is gone leaves no stale series.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from prometheus_client import Gauge
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.common.gpu import HEALTHY
 from sokovan.common.metrics import (
@@ -25,9 +24,8 @@ from sokovan.common.metrics import (
     GPU_DEVICE_UTILIZATION,
     GPU_KERNEL_DEVICES,
 )
-from sokovan.common.types import AgentStatus
 from sokovan.db.models import Agent, Kernel
-from sokovan.orchestrator.node.handler import AgentRow, NodeHandler, NodeResult
+from sokovan.orchestrator.node.handler import AgentRow, FleetGauge, NodeResult
 from sokovan.state.occupancy import slot_holding
 
 _READINGS: tuple[tuple[Gauge, str], ...] = (
@@ -39,14 +37,7 @@ _READINGS: tuple[tuple[Gauge, str], ...] = (
 _ALL = (GPU_DEVICE_HEALTHY, GPU_KERNEL_DEVICES, *(g for g, _ in _READINGS))
 
 
-class PublishDevices(NodeHandler):
-    targets: ClassVar[frozenset[AgentStatus]] = frozenset()
-    moves_to = None
-    always_runs = True
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
-
+class PublishDevices(FleetGauge):
     async def execute(self, rows: Sequence[AgentRow]) -> NodeResult:
         async with self._engine.connect() as conn:
             agents = (
