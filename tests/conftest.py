@@ -7,9 +7,10 @@ each test starts from empty tables.
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 
 import aetcd
 import pytest
@@ -92,3 +93,21 @@ async def etcd(settings: Settings) -> AsyncIterator[aetcd.Client]:
     yield client
     await client.delete_prefix(f"{settings.etcd_prefix}/".encode())
     await client.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A test cut by pytest-timeout shows where its asyncio tasks were waiting: the main thread's
+    stack alone says only that the loop was idle in `select`."""
+    report = yield
+    if report.failed and call.excinfo is not None and "Timeout (>" in str(call.excinfo.value):
+        known: set[asyncio.Task[object]] = getattr(asyncio.tasks, "_all_tasks", set())
+        pending = [t for t in list(known) if not t.done()]
+        buffer = io.StringIO()
+        for task in pending[:40]:
+            buffer.write(f"--- {task.get_name()}\n")
+            task.print_stack(limit=12, file=buffer)
+        report.sections.append((f"pending asyncio tasks ({len(pending)})", buffer.getvalue()))
+    return report

@@ -47,12 +47,17 @@ def _client_url(url: str) -> str:
     raise EngineError(f"engine address {url!r} is neither unix:///path nor tcp://host:port")
 
 
+# A call the engine does not answer in time fails (aiodocker's default waits for ever): its
+# long-running calls (pull, push, build, wait, logs, events) keep no read limit of their own.
+REQUEST_TIMEOUT = aiohttp.ClientTimeout(sock_connect=30, sock_read=180)
+
+
 def connect(url: str) -> aiodocker.Docker:
     """A client on the engine at `url`, made inside a running event loop; close it when done.
 
     Nothing is sent yet: `ping` says whether the engine answers.
     """
-    return aiodocker.Docker(url=_client_url(url))
+    return aiodocker.Docker(url=_client_url(url), timeout=REQUEST_TIMEOUT)
 
 
 async def ping(docker: aiodocker.Docker, url: str) -> dict[str, Any]:
