@@ -49,6 +49,8 @@ class Domain(Base):
     total_resource_slots: Mapped[dict[str, Any] | None] = mapped_column(SLOTS, nullable=True)
     default_for_unspecified: Mapped[str] = mapped_column(String(16), nullable=False, server_default="limited")
     retry_policy_default: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    # its entitlement under the `fair_share` scheduler, against the other domains' (migration 0018)
+    fair_share_weight: Mapped[float] = mapped_column(Float, nullable=False, server_default="1")
     created_at: Mapped[dt.datetime] = created_at_column()
 
 
@@ -61,6 +63,8 @@ class Project(Base):
     total_resource_slots: Mapped[dict[str, Any] | None] = mapped_column(SLOTS, nullable=True)
     default_for_unspecified: Mapped[str] = mapped_column(String(16), nullable=False, server_default="limited")
     retry_policy_default: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    # its entitlement under the `fair_share` scheduler, against its domain's other projects'
+    fair_share_weight: Mapped[float] = mapped_column(Float, nullable=False, server_default="1")
     created_at: Mapped[dt.datetime] = created_at_column()
 
 
@@ -238,6 +242,8 @@ class Session(Base):
     cluster_mode: Mapped[str] = mapped_column(String(16), nullable=False, server_default="single-node")
     priority: Mapped[int] = mapped_column(Integer, nullable=False, server_default="10")
     preemptible: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
+    # the run time it declares (seconds; NULL: none): past it, it ends LIFETIME_EXCEEDED (0018)
+    max_duration: Mapped[int | None] = mapped_column(Integer, nullable=True)
     status: Mapped[str] = mapped_column(String(16), nullable=False)
     result: Mapped[str | None] = mapped_column(String(16), nullable=True)
     status_info: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, server_default=EMPTY_JSON)

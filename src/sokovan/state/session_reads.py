@@ -77,6 +77,8 @@ class SessionWithKernels:
     depends_on: tuple[uuid.UUID, ...] = ()
     # May be evicted for a session of strictly higher priority (CONTRACT section 9).
     preemptible: bool = False
+    # The run time it declares, in seconds (CONTRACT section 16); None: none.
+    max_duration: int | None = None
 
     @property
     def requested_slots(self) -> ResourceSlots:
@@ -182,6 +184,7 @@ def _session(s: Any) -> SessionWithKernels:
         kernels=tuple(_kernel(k) for k in s.kernels_json),
         depends_on=tuple(depends_on),
         preemptible=bool(s.preemptible),
+        max_duration=s.max_duration,
     )
 
 

@@ -125,6 +125,19 @@ class Nomination:
     victims: tuple[uuid.UUID, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Occupant:
+    """A live session's kernels on one agent and when they are expected to end: at its start plus
+    its `max_duration`, else its learned run time; None when nothing bounds it (scheduler
+    foresight: the `reserve` queue policy and the start-time estimates, `timeline`)."""
+
+    session_id: uuid.UUID
+    agent_id: str
+    slots: ResourceSlots
+    kernels: int
+    ends_at: dt.datetime | None
+
+
 _ZERO = Decimal(0)
 # What an agent without live kernels occupies: shared, as slots are never changed in place.
 NOTHING = ResourceSlots()
@@ -183,6 +196,10 @@ class ScalingGroupSnapshot:
     nominations: dict[uuid.UUID, Nomination] = field(default_factory=dict)
     taken: set[uuid.UUID] = field(default_factory=set)
     now: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+    # foresight: the live sessions' kernels per agent with their expected ends, and the learned
+    # run time (seconds) of a session by its (access key, image): the median of their ended ones
+    occupants: list[Occupant] = field(default_factory=list)
+    learned: dict[tuple[str, str], float] = field(default_factory=dict)
 
     @property
     def capacity(self) -> ResourceSlots:
@@ -213,6 +230,24 @@ class Preemption:
     victim_agents: dict[uuid.UUID, tuple[str, ...]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Reservation:
+    """Under `reserve`: the agents (one per kernel) and the time the first session that does not
+    fit is expected to have room there; later sessions may not take what it needs by then."""
+
+    session_id: uuid.UUID
+    agents: tuple[str, ...]
+    at: dt.datetime
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """When a waiting session is expected to start (None: nothing bounds it), and why."""
+
+    at: dt.datetime | None
+    reason: str
+
+
 @dataclass
 class Plan:
     placements: list[Placement] = field(default_factory=list)
@@ -228,3 +263,6 @@ class Plan:
     rejected: dict[uuid.UUID, tuple[str, str]] = field(default_factory=dict)
     # the round-robin cursor after this plan, when the group uses round-robin
     roundrobin_cursor: str | None = None
+    # foresight: the reservation made under `reserve`, and every waiting session's estimate
+    reservations: dict[uuid.UUID, Reservation] = field(default_factory=dict)
+    estimates: dict[uuid.UUID, Estimate] = field(default_factory=dict)
