@@ -62,7 +62,7 @@ def _show(g: dict[str, Any], as_json: bool) -> None:
 def group_options(func: Any) -> Any:
     """The settable fields, every one optional (left out: the server's default or the stored value)."""
     options = [
-        click.option("--scheduler", default=None, help="A sequencer: fifo, lifo, drf."),
+        click.option("--scheduler", default=None, help="A sequencer: fifo, lifo, drf, fair_share."),
         click.option(
             "--agent-selection", default=None, help="A selector: concentrated, dispersed, roundrobin."
         ),
@@ -70,7 +70,7 @@ def group_options(func: Any) -> Any:
             "--pending-timeout", type=float, default=None, callback=_finite, help="Seconds; 0 = none."
         ),
         click.option("--session-types", default=None, help="Comma-separated: batch,interactive,inference."),
-        click.option("--queue-policy", type=click.Choice(["backfill", "block"]), default=None),
+        click.option("--queue-policy", type=click.Choice(["backfill", "block", "reserve"]), default=None),
         click.option("--resource-priority", default=None, help="Comma-separated slot names, e.g. cpu,mem."),
         click.option(
             "--preemption-mode",

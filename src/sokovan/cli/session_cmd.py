@@ -20,7 +20,7 @@ from sokovan.cli.history_view import clean_message, shown_rows
 from sokovan.cli.preemption_view import dry_run_victims
 from sokovan.cli.session_follow import exit_code, follow, session_path
 from sokovan.cli.session_view import print_session
-from sokovan.cli.units import BYTES_OPTION
+from sokovan.cli.units import BYTES_OPTION, span_seconds
 from sokovan.common.types import SessionStatus
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -93,6 +93,11 @@ def session() -> None:
     default=None,
     help="May higher-priority work evict it (default: yes for batch, no otherwise).",
 )
+@click.option(
+    "--max-duration",
+    default=None,
+    help="The longest it may run (seconds, or 90s/30m/2h/1d); past it, it ends (LIFETIME_EXCEEDED).",
+)
 @click.option("--depends-on", "depends_on", multiple=True, help="Session id, repeatable.")
 @click.option("--creation-id", default=None, help="Idempotency key: a repeat returns the same session.")
 @click.option("--max-retries", type=int, default=None, help="Shorthand for retry_policy.max_retries.")
@@ -117,6 +122,7 @@ def create(
     name: str | None,
     priority: int | None,
     preemptible: bool | None,
+    max_duration: str | None,
     depends_on: tuple[str, ...],
     creation_id: str | None,
     max_retries: int | None,
@@ -142,6 +148,7 @@ def create(
         "name": name,
         "priority": priority,
         "preemptible": preemptible,
+        "max_duration": span_seconds(max_duration, "--max-duration") if max_duration else None,
         "depends_on": list(depends_on) or None,
         "creation_id": creation_id,
         "retry_policy": {"max_retries": max_retries} if max_retries is not None else None,

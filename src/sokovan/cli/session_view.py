@@ -22,6 +22,7 @@ def print_session(s: dict[str, Any], raw_bytes: bool) -> None:
         ("status", s["status"] + (f"  result={s['result']}" if s.get("result") else "")),
         ("cause", cause_text(info_)),
         ("pending reason", info_.get("pending_reason")),
+        *foresight_rows(s),
         ("type", s["type"]),
         ("image", s["image"]),
         ("command", s.get("command")),
@@ -29,6 +30,7 @@ def print_session(s: dict[str, Any], raw_bytes: bool) -> None:
         ("cluster", f"{s['cluster_size']} kernel(s), {s['cluster_mode']}"),
         ("scaling group", s["scaling_group"]),
         ("priority", s["priority"]),
+        ("max duration", f"{s['max_duration']} s" if s.get("max_duration") else None),
         *preemption_rows(s),
         ("depends on", ", ".join(s.get("depends_on") or []) or None),
         ("created", s["created_at"]),
@@ -53,6 +55,22 @@ def print_session(s: dict[str, Any], raw_bytes: bool) -> None:
         click.echo(f"  {k['id']}  {k['cluster_role']:<4}  {k['status']:<11}  agent={agent}{exit_code}")
         if k.get("image_digest"):  # a container kernel: what it runs, exactly
             click.echo(f"      image {k.get('image') or s['image']}@{k['image_digest']}")
+
+
+def foresight_rows(s: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """A PENDING session's estimated start (with why) and its reservation, as lines."""
+    info = s.get("status_info") or {}
+    if s.get("status") != "PENDING" or "estimate_reason" not in info:
+        return []
+    at = info.get("estimated_start_at")
+    rows: list[tuple[str, str | None]] = [
+        ("expected start", f"{at or 'unknown'}  ({info['estimate_reason']})")
+    ]
+    reservation = info.get("reservation")
+    if isinstance(reservation, dict):
+        agents = ", ".join(reservation.get("agents") or [])
+        rows.append(("reservation", f"{agents} at {reservation.get('at') or 'a time nothing bounds yet'}"))
+    return rows
 
 
 def cause_text(info: dict[str, Any]) -> str | None:

@@ -78,3 +78,20 @@ def slots_text(slots: Mapping[str, Any] | None, *, raw: bool = False, empty: str
     """`cpu=1, mem=256 MiB`; `empty` when there are none."""
     parts = [f"{slot}={slot_text(slot, value, raw=raw)}" for slot, value in (slots or {}).items()]
     return ", ".join(parts) or empty
+
+
+_SPAN_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def span_seconds(text: str, option: str) -> int:
+    """A span as people write it (`90`, `90s`, `30m`, `2h`, `7d`, `1w`) in whole seconds; a
+    `click.BadParameter` naming `option` for anything else."""
+    value = text.strip().lower()
+    unit = _SPAN_UNITS.get(value[-1:], 0)
+    digits = value[:-1] if unit else value
+    if not digits.isdigit() or int(digits) <= 0:
+        raise click.BadParameter(
+            f"{text!r} is not a span: a positive whole number of seconds, or one followed by s, m, h, d or w",
+            param_hint=option,
+        )
+    return int(digits) * (unit or 1)

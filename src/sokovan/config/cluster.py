@@ -18,6 +18,7 @@ import aetcd
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, ValidationError, model_validator
 
+from sokovan.common.fair_share import FairShareConfig
 from sokovan.common.outages import is_outage
 from sokovan.common.retry_policy import RetryPolicy
 from sokovan.common.supervise import Backoff, describe
@@ -141,10 +142,13 @@ SECTIONS: dict[str, Any] = {
     "manager/retry_enabled": StrictBool,
     "manager/retention": RetentionSettings,
     "manager/placement_window": PlacementWindowSettings,
+    # The `fair_share` scheduler: the half-life of past usage and the slots' weights.
+    "manager/fair_share": FairShareConfig,
 }
 RETRY_POLICY_DEFAULT = "manager/retry_policy_default"
 RETRY_ENABLED = "manager/retry_enabled"
 NODE_LIFECYCLE = "manager/node_lifecycle"
+FAIR_SHARE = "manager/fair_share"
 
 _ADAPTERS: dict[str, TypeAdapter[Any]] = {name: TypeAdapter(tp) for name, tp in SECTIONS.items()}
 # What a section is when its key is absent (models: their defaults).
@@ -169,6 +173,7 @@ class ClusterConfig:
         self.retry_enabled: bool = True  # the kill switch: False stops every new retry at once
         self.retention = RetentionSettings()
         self.placement_window = PlacementWindowSettings()
+        self.fair_share = FairShareConfig()
 
     def apply(self, section: str, raw: bytes | None) -> bool:
         """Validate and apply one section; False (and nothing changed) when the value is invalid."""

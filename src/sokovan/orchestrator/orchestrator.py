@@ -123,7 +123,10 @@ def session_lanes(
         ],
         "place": [
             ScheduleNewSessions(
-                engine, events=events, wake=functools.partial(wake, Hint.SCHEDULE) if wake else None
+                engine,
+                events=events,
+                wake=functools.partial(wake, Hint.SCHEDULE) if wake else None,
+                fair_share=lambda: cfg.fair_share,
             )
         ],
         "prepare": [CallAgents(PREPARE_SESSIONS, rpc, prepare_again), PromoteSessions(PROMOTE_TO_PREPARED)],

@@ -33,6 +33,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.bus.user_events import UserEvent
+from sokovan.common import foresight
 from sokovan.common.preemption import NOMINATED_AGENTS, NOMINATED_UNTIL, PREEMPTS
 from sokovan.common.types import KernelStatus, SchedulingResult, SessionStatus
 
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 _TERMINAL = sorted(s.value for s in SessionStatus.terminal())
 _SUCCESS = SchedulingResult.SUCCESS.value  # the result of a two-step move's second step
 # What only a waiting (PENDING) session carries: dropped when it moves on.
-WAITING_KEYS = ("pending_reason", NOMINATED_AGENTS, NOMINATED_UNTIL, PREEMPTS)
+WAITING_KEYS = ("pending_reason", NOMINATED_AGENTS, NOMINATED_UNTIL, PREEMPTS, *foresight.KEYS)
 
 
 def removed_keys(t: SessionTransition, target: SessionStatus) -> list[str]:

@@ -45,6 +45,12 @@ class SessionStatusInfo(TypedDict, total=False):
     nominated_agents: list[str]
     nominated_until: str
     preempts: list[str]
+    # Foresight (sokovan.common.foresight names the keys): when a PENDING session is expected to
+    # start (ISO time, or null when nothing bounds it) and why; under `reserve`, its reservation
+    # {"agents": [...], "at": ISO time or null}.
+    estimated_start_at: str | None
+    estimate_reason: str
+    reservation: dict[str, Any]
 
 
 def status_info_of(raw: Any) -> SessionStatusInfo:

@@ -18,6 +18,7 @@ def test_agent_refusals_read_as_before() -> None:
         "IMAGE_NOT_OFFERED": "image not offered",
         "AT_KERNEL_LIMIT": "at kernel limit",
         "HELD": "room held for a preempting session",
+        "RESERVED": "room reserved for a session queued ahead",
     }
     assert reasons.insufficient("cuda.device") == "insufficient cuda.device"
 

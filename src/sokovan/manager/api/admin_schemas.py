@@ -27,12 +27,13 @@ from sokovan.common.types import AgentStatus, SessionType
 from sokovan.manager.controller.stages import check_scheduler, check_selector
 
 DefaultForUnspecified = Literal["limited", "unlimited"]
-QueuePolicy = Literal["backfill", "block"]
+QueuePolicy = Literal["backfill", "block", "reserve"]
 SlotName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")]
 SlotAmount = StrictInt | StrictFloat | StrictStr
 
 MAX_COUNT = 1_000_000  # sessions: far above any real limit, well inside the INTEGER columns
 MAX_SECONDS = 10**9  # about 31 years: inside INTEGER columns and datetime arithmetic
+MAX_FAIR_SHARE_WEIGHT = 1e6
 
 _SLOTS_DOC = (
     "Slot name → amount (`mem` takes bytes or '8g'). Null or left out: no limit. A slot it does not "
@@ -90,6 +91,14 @@ class TenantLimitsPut(BaseModel):
     total_resource_slots: dict[str, SlotAmount | None] | None = Field(default=None, description=_SLOTS_DOC)
     default_for_unspecified: DefaultForUnspecified = "limited"
     retry_policy_default: RetryPolicy | None = None
+    fair_share_weight: StrictInt | StrictFloat = Field(
+        default=1.0,
+        gt=0,
+        le=MAX_FAIR_SHARE_WEIGHT,
+        allow_inf_nan=False,
+        description="its entitlement under the `fair_share` scheduler, against its siblings' (a "
+        "domain's against the other domains', a project's against its domain's other projects')",
+    )
 
     @field_validator("total_resource_slots")
     @classmethod
@@ -108,6 +117,7 @@ class TenantLimitsPut(BaseModel):
                 if self.retry_policy_default
                 else None
             ),
+            "fair_share_weight": float(self.fair_share_weight),
         }
         return {k: v for k, v in values.items() if k in self.model_fields_set}
 
@@ -117,6 +127,7 @@ class DomainOut(BaseModel):
     total_resource_slots: dict[str, str] | None
     default_for_unspecified: DefaultForUnspecified
     retry_policy_default: dict[str, Any] | None
+    fair_share_weight: float
     created_at: dt.datetime
 
     @field_validator("retry_policy_default")
@@ -160,7 +171,7 @@ class ScalingGroupPatch(BaseModel):
 
     scheduler: str | None = Field(
         default=None,
-        description="a registered sequencer: fifo, lifo, drf",
+        description="a registered sequencer: fifo, lifo, drf, fair_share",
         json_schema_extra={"example": "fifo"},
     )
     agent_selection: str | None = Field(
@@ -230,7 +241,7 @@ class ScalingGroupCreate(ScalingGroupPatch):
     """Body of `POST /v2/scaling-groups`; fields left out take the defaults shown."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-    scheduler: str = Field(default="fifo", description="a registered sequencer: fifo, lifo, drf")
+    scheduler: str = Field(default="fifo", description="a registered sequencer: fifo, lifo, drf, fair_share")
     agent_selection: str = Field(
         default="concentrated", description="a registered selector: concentrated, dispersed, roundrobin"
     )

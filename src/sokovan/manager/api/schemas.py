@@ -102,6 +102,9 @@ class SessionOut(BaseModel):
     preemptible: bool = Field(
         description="a higher-priority session may evict it when its scaling group's preemption is on"
     )
+    max_duration: int | None = Field(
+        default=None, description="its declared run time in seconds (null: none); past it, it ends"
+    )
     environ: dict[str, str]
     depends_on: list[uuid.UUID]
     kernels: list[KernelOut]

@@ -356,6 +356,7 @@ def new_session(
             "cluster_mode": spec.cluster_mode.value,
             "priority": spec.priority,
             "preemptible": preemptible,
+            "max_duration": spec.max_duration,
             "max_retries": max_retries,
             # As given: unset fields come from the defaults when a retry is decided.
             "retry_policy": policy.model_dump(mode="json", exclude_unset=True) if policy else None,
@@ -372,5 +373,6 @@ def new_session(
             "creation_id": spec.creation_id,
             "priority": spec.priority,
             "preemptible": preemptible,
+            "max_duration": spec.max_duration,
         },
     )

@@ -34,6 +34,7 @@ from sokovan.manager.controller.request_bounds import (
 
 DEFAULT_RESOURCES: dict[str, object] = {"cpu": 1, "mem": "256m"}
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+MAX_DURATION = 366 * 86400  # a declared run time longer than a year is a mistake, not a plan
 
 
 def parse_resources(value: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -96,6 +97,13 @@ class SessionCreateRequest(BaseModel):
         default=None,
         description="may a higher-priority session's scheduling evict it; left out: true for batch, "
         "false for interactive and inference",
+    )
+    max_duration: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_DURATION,
+        description="the longest it may run, in seconds: past it, it ends with cause LIFETIME_EXCEEDED "
+        "(the `reserve` queue policy and start-time estimates count on it)",
     )
     retry_policy: RetryPolicy | None = None
     creation_id: str | None = Field(default=None, min_length=1, max_length=128)

@@ -73,8 +73,8 @@ _RECORD = """
     id uuid, name text, creation_id text, access_key text, user_id uuid, project_id uuid,
     domain_name text, scaling_group text, type text, image text, command text, environ jsonb,
     resources jsonb, cluster_size int, cluster_mode text, priority int, preemptible boolean,
-    max_retries int, retry_policy jsonb, deployment_id uuid, kernel_ids uuid[], depends_on uuid[],
-    audit jsonb
+    max_duration int, max_retries int, retry_policy jsonb, deployment_id uuid, kernel_ids uuid[],
+    depends_on uuid[], audit jsonb
 """
 _INSERT = text(
     f"""
@@ -84,11 +84,11 @@ _INSERT = text(
     s AS (
         INSERT INTO sessions (id, name, creation_id, access_key, user_id, project_id, domain_name,
                               scaling_group, type, image, command, environ, resources, cluster_size,
-                              cluster_mode, priority, preemptible, status, max_retries, retry_policy,
-                              deployment_id)
+                              cluster_mode, priority, preemptible, max_duration, status, max_retries,
+                              retry_policy, deployment_id)
         SELECT id, name, creation_id, access_key, user_id, project_id, domain_name, scaling_group,
                type, image, command, environ, resources, cluster_size, cluster_mode, priority,
-               preemptible, :pending, max_retries, retry_policy, deployment_id
+               preemptible, max_duration, :pending, max_retries, retry_policy, deployment_id
         FROM r
         ORDER BY access_key, creation_id  -- one order for every batch: no deadlock on the key
         ON CONFLICT (access_key, creation_id) WHERE creation_id IS NOT NULL DO NOTHING

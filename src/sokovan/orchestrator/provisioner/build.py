@@ -14,4 +14,5 @@ def provisioner_for(snapshot: ScalingGroupSnapshot) -> Provisioner:
         sequencer=registry.sequencer(snapshot.scheduler),
         selector=registry.selector(snapshot.agent_selection),
         block=registry.queue_policy(snapshot.queue_policy) == "block",
+        reserve=snapshot.queue_policy == "reserve",
     )

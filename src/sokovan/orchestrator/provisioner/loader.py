@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from sokovan.common.fair_share import FairShareConfig
 from sokovan.common.preemption import (
     NOMINATED_AGENTS,
     NOMINATED_UNTIL,
@@ -54,6 +55,7 @@ from sokovan.orchestrator.provisioner.tenancy_reads import (
     load_usage,
     slot_usage,
 )
+from sokovan.state.fair_share_usage import FAIR_SHARE_USAGE
 from sokovan.state.occupancy import agent_occupancy, slot_holding
 from sokovan.state.session_reads import SessionWithKernels
 
@@ -74,12 +76,15 @@ async def load_snapshots(
     sessions: Sequence[SessionWithKernels],
     now: dt.datetime | None = None,
     reads: AsyncEngine | None = None,
+    fair_share: FairShareConfig | None = None,
 ) -> dict[str, ScalingGroupSnapshot]:
     """The snapshots of the sessions' scaling groups. With `reads` (an engine without transactions,
     `db.engine.autocommit`), the statements that do not depend on each other run at once, each on
     a connection of its own: two round trips' time instead of one per statement. Nothing here needs
     one snapshot of the database across statements (each already sees its own under READ
-    COMMITTED); the allocator re-checks every agent's room under its row lock."""
+    COMMITTED); the allocator re-checks every agent's room under its row lock. `fair_share`: the
+    live settings of the `fair_share` scheduler; without them (a dry run, which orders one
+    session) its view is not read."""
     names = sorted({s.scaling_group for s in sessions})
     run = _Reads(conn, reads)
     tenancy = Tenancy()
@@ -140,6 +145,8 @@ async def load_snapshots(
         second.append(functools.partial(load_usage, t=tenancy, keys=keys, projects=projects, domains=domains))
     if any(s.scheduler == "drf" for s in out.values()):
         second.append(functools.partial(_load_user_allocations, snapshots=out))
+    if fair_share is not None and any(s.scheduler == "fair_share" for s in out.values()):
+        second.append(functools.partial(_load_fair_share, snapshots=out, config=fair_share))
     if any(s.preemption.mode != PreemptionMode.OFF for s in out.values()):
         second.append(functools.partial(_load_candidates, snapshots=out))
     await run.all(second)
@@ -301,3 +308,15 @@ async def _load_user_allocations(conn: AsyncConnection, snapshots: dict[str, Sca
     for sg, user_id, key, total in await conn.execute(_USER_USAGE, params):
         snap = snapshots[sg]
         snap.user_allocated[user_id] = snap.user_allocated[user_id] + ResourceSlots({key: Decimal(total)})
+
+
+async def _load_fair_share(
+    conn: AsyncConnection, snapshots: dict[str, ScalingGroupSnapshot], config: FairShareConfig
+) -> None:
+    """The cluster's fair-share view (one for every group that shares by it; `fair_share_usage`)."""
+    groups = [s for s in snapshots.values() if s.scheduler == "fair_share"]
+    if not groups:
+        return
+    read = await FAIR_SHARE_USAGE.read(conn, config, groups[0].now)
+    for snapshot in groups:
+        snapshot.fair_share = read.view

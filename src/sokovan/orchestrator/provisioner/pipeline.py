@@ -6,8 +6,13 @@ All validators run, so every violated limit is reported at once.
 
 Queue policy: with `block`, the first session that no agent has room for holds its place and
 nothing after it is placed in this cycle (no starvation of big sessions, at the cost of idle
-room); with `backfill` (the default) smaller sessions behind it may use the room meanwhile.
+room); with `backfill` (the default) smaller sessions behind it may use the room meanwhile; with
+`reserve`, the first session that does not fit gets a reservation (`reservations`): the agents
+and the time they will have room by the running sessions' expected ends (`timeline`), held for
+it as a nominee's room is (`AgentSnapshot.held`, with `until`), so that a later session starts
+ahead of it only where it fits beside that room or declares a `max_duration` that ends before.
 A session that waits for a validator (quota, concurrency, dependencies) never blocks others.
+Every waiting session then gets a start-time estimate from the same timeline (`estimates`).
 
 Preemption (the group's mode not `off`): a session that passed the validators and that no agent
 has room for asks `victims.select_victims`; when victims would make it fit, the plan records a
@@ -20,6 +25,7 @@ and otherwise waits for its victims; one whose nomination lapsed competes again 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import uuid
 from collections import Counter
 from collections.abc import Generator, Sequence
@@ -31,6 +37,7 @@ from sokovan.common.preemption import NOMINATED_AGENTS, PreemptionMode
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus, ClusterMode
 from sokovan.orchestrator.hooks import hook_for
+from sokovan.orchestrator.provisioner.estimates import estimate, reserve_for
 from sokovan.orchestrator.provisioner.reasons import (
     AgentRefusal,
     agents_fit,
@@ -48,6 +55,7 @@ from sokovan.orchestrator.provisioner.snapshot import (
     Plan,
     Preemption,
     ScalingGroupSnapshot,
+    Waiter,
 )
 from sokovan.orchestrator.provisioner.stages import Reject, Selector, Sequencer, Validator, Wait
 from sokovan.orchestrator.provisioner.victims import select_victims
@@ -60,6 +68,7 @@ def why_not(
     slots: ResourceSlots,
     kernels: int,
     session: SessionWithKernels | None = None,
+    now: dt.datetime | None = None,
 ) -> str | None:
     """None when `agent` can take `kernels` kernels needing `slots` in all, else the reason."""
     if agent.status != AgentStatus.READY:
@@ -73,9 +82,19 @@ def why_not(
     short = slots.shortfall(agent.free)
     if short:
         return insufficient(short[0])
-    if session is not None and not agent.can_take(image, slots, kernels, session.priority, session.id):
-        return AgentRefusal.HELD
+    if session is not None and not agent.can_take(
+        image, slots, kernels, session.priority, session.id, ends_by(session, now)
+    ):
+        return AgentRefusal.RESERVED if any(h.reserved for h in agent.held) else AgentRefusal.HELD
     return None
+
+
+def ends_by(session: SessionWithKernels, now: dt.datetime | None) -> dt.datetime | None:
+    """When `session` would end if started `now`, by its declared `max_duration` (a reservation
+    lets it use its room meanwhile only then)."""
+    if session.max_duration is None or now is None:
+        return None
+    return now + dt.timedelta(seconds=session.max_duration)
 
 
 def rank_pending(sessions: Sequence[SessionWithKernels]) -> dict[uuid.UUID, int]:
@@ -94,6 +113,9 @@ class Provisioner:
     sequencer: Sequencer
     selector: Selector
     block: bool = False
+    reserve: bool = False
+    # start-time estimates for the waiting sessions (a cycle may skip them: `ScheduleNewSessions`)
+    estimate: bool = True
     # request shape → why it did not fit earlier in this plan
     _unfit: dict[tuple[object, ...], str] = field(default_factory=dict)
     # request shapes (with priority) for which no victims would make room earlier in this plan
@@ -136,22 +158,30 @@ class Provisioner:
                 continue
             if isinstance(verdict, Wait):
                 plan.waiting[session.id] = verdict.reason
+                plan.waiters.append(Waiter(session, for_room=False, behind=None))
                 continue
             if blocker is not None:
                 plan.waiting[session.id] = queued_behind(blocker.id)
+                plan.waiters.append(Waiter(session, for_room=True, behind=blocker.id))
                 continue
             placement, reason = self._place(session, snapshot)
             if placement is None:
                 self._no_room(session, snapshot, plan, reason)
+                plan.waiters.append(Waiter(session, for_room=True, behind=None))
                 if self.block:
                     blocker = session
+                elif self.reserve and not plan.reservations and not _nominated(session, snapshot, plan):
+                    reserve_for(session, snapshot, plan)
                 continue
             plan.placements.append(placement)
+            plan.placed.append((session, tuple(placement.kernels.values())))
             snapshot.charge(session)
             if session.id in snapshot.nominations:  # only a nominee has room held for it
                 for agent in snapshot.agents:
                     agent.release(session.id)
         plan.roundrobin_cursor = snapshot.roundrobin_cursor
+        if self.estimate and plan.waiters:
+            estimate(snapshot, plan)
         return plan
 
     def _no_room(
@@ -229,13 +259,17 @@ class Provisioner:
             return self._place_spread(session, snapshot, kernels)
         whole = session.resources.scaled(len(kernels))
         nominated = snapshot.nominations.get(session.id)
-        # Room held for nominees depends on the priority; a nominee sees its own room.
-        shape = (session.image, tuple(sorted(whole.items())), len(kernels), session.priority)
+        # Room held for nominees and reservations depends on the priority (and, for a reservation,
+        # on the declared run time); a nominee sees its own room.
+        shape = (
+            session.image, tuple(sorted(whole.items())), len(kernels), session.priority, session.max_duration
+        )  # fmt: skip
         if nominated is None and shape in self._unfit:  # room only shrinks within a cycle
             return None, self._unfit[shape]
+        until = ends_by(session, snapshot.now)
 
         def fits(a: AgentSnapshot) -> bool:
-            return a.can_take(session.image, whole, len(kernels), session.priority, session.id)
+            return a.can_take(session.image, whole, len(kernels), session.priority, session.id, until)
 
         avoid = frozenset(session.status_info.get("avoid_agents") or ())
         agent = None
@@ -246,7 +280,7 @@ class Provisioner:
         if agent is None:
             agent = self.selector.pick(session, fits, snapshot)
         if agent is None:
-            _, reasons = _filter(snapshot.agents, session, whole, len(kernels))
+            _, reasons = _filter(snapshot.agents, session, whole, len(kernels), snapshot.now)
             self._unfit[shape] = agents_fit(len(snapshot.agents), 0, reasons)
             return None, self._unfit[shape]
         agent.take(whole, len(kernels))
@@ -260,10 +294,11 @@ class Provisioner:
         chosen: list[AgentSnapshot] = []
         nominated = snapshot.nominations.get(session.id)
         prefer = frozenset(nominated.agents) if nominated is not None else frozenset()
+        until = ends_by(session, snapshot.now)
 
         def fits(a: AgentSnapshot) -> bool:
             return a not in chosen and a.can_take(
-                session.image, session.resources, 1, session.priority, session.id
+                session.image, session.resources, 1, session.priority, session.id, until
             )
 
         for _ in kernels:
@@ -277,7 +312,7 @@ class Provisioner:
                 break
             chosen.append(agent)
         if len(chosen) < len(kernels):
-            fitting, reasons = _filter(snapshot.agents, session, session.resources, 1)
+            fitting, reasons = _filter(snapshot.agents, session, session.resources, 1, snapshot.now)
             detail = agents_fit(len(snapshot.agents), len(fitting), reasons)
             return None, multi_node_needs(len(kernels), detail)
         for agent in chosen:
@@ -288,13 +323,22 @@ class Provisioner:
         ), ""
 
 
+def _nominated(session: SessionWithKernels, snapshot: ScalingGroupSnapshot, plan: Plan) -> bool:
+    """Whether room is already held for `session` by preemption (a nomination in force or made now)."""
+    return session.id in snapshot.nominations or any(p.session_id == session.id for p in plan.preemptions)
+
+
 def _filter(
-    agents: Sequence[AgentSnapshot], session: SessionWithKernels, slots: ResourceSlots, kernels: int
+    agents: Sequence[AgentSnapshot],
+    session: SessionWithKernels,
+    slots: ResourceSlots,
+    kernels: int,
+    now: dt.datetime,
 ) -> tuple[list[AgentSnapshot], Counter[str]]:
     fits: list[AgentSnapshot] = []
     reasons: Counter[str] = Counter()
     for agent in agents:
-        reason = why_not(agent, session.image, slots, kernels, session)
+        reason = why_not(agent, session.image, slots, kernels, session, now)
         if reason is None:
             fits.append(agent)
         else:

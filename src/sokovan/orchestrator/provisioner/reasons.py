@@ -59,6 +59,7 @@ class AgentRefusal(enum.StrEnum):
     IMAGE_NOT_OFFERED = "image not offered"
     AT_KERNEL_LIMIT = "at kernel limit"
     HELD = "room held for a preempting session"
+    RESERVED = "room reserved for a session queued ahead"
 
 
 def not_ready(status: str) -> str:

@@ -9,6 +9,7 @@ from sokovan.orchestrator.provisioner.selectors.concentrated import Concentrated
 from sokovan.orchestrator.provisioner.selectors.dispersed import DispersedSelector
 from sokovan.orchestrator.provisioner.selectors.roundrobin import RoundRobinSelector
 from sokovan.orchestrator.provisioner.sequencers.drf import DRFSequencer
+from sokovan.orchestrator.provisioner.sequencers.fair_share import FairShareSequencer
 from sokovan.orchestrator.provisioner.sequencers.fifo import FIFOSequencer
 from sokovan.orchestrator.provisioner.sequencers.lifo import LIFOSequencer
 from sokovan.orchestrator.provisioner.stages import Selector, Sequencer, Validator
@@ -22,6 +23,7 @@ SEQUENCERS: dict[str, Callable[[], Sequencer]] = {
     "fifo": FIFOSequencer,
     "lifo": LIFOSequencer,
     "drf": DRFSequencer,
+    "fair_share": FairShareSequencer,
 }
 SELECTORS: dict[str, Callable[[], Selector]] = {
     "concentrated": ConcentratedSelector,
@@ -36,7 +38,7 @@ VALIDATORS: dict[str, Callable[[], Validator]] = {
     "quota": QuotaValidator,
 }
 DEFAULT_VALIDATORS = ("session_type", "dependencies", "pending_limit", "concurrency", "quota")
-QUEUE_POLICIES = ("backfill", "block")
+QUEUE_POLICIES = ("backfill", "block", "reserve")
 
 T = TypeVar("T")
 

@@ -19,6 +19,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from sokovan.common.fair_share import FairShareView
 from sokovan.common.image_refs import offers
 from sokovan.common.preemption import PreemptionSettings
 from sokovan.common.slots import ResourceSlots
@@ -53,14 +54,19 @@ class AgentSnapshot:
         self.free = self.available - self.occupied
         self.kernel_count += kernels
 
-    def room_for(self, priority: int | None, session_id: uuid.UUID | None) -> tuple[ResourceSlots, int]:
+    def room_for(
+        self, priority: int | None, session_id: uuid.UUID | None, ends_by: dt.datetime | None = None
+    ) -> tuple[ResourceSlots, int]:
         """(free slots, kernel count) as a session of `priority` sees them: the room held for
-        nominees of higher or equal priority (other than itself) is not free to it."""
+        nominees and reservations of higher or equal priority (other than itself) is not free to
+        it, unless it is a reservation's and the session ends (`ends_by`) before that is needed."""
         if not self.held or priority is None:
             return self.free, self.kernel_count
         free, count = self.free, self.kernel_count
         for hold in self.held:
             if hold.priority >= priority and hold.session_id != session_id:
+                if hold.until is not None and ends_by is not None and ends_by <= hold.until:
+                    continue
                 free = free - hold.slots
                 count += hold.kernels
         return free, count
@@ -76,13 +82,14 @@ class AgentSnapshot:
         kernels: int,
         priority: int | None = None,
         session_id: uuid.UUID | None = None,
+        ends_by: dt.datetime | None = None,
     ) -> bool:
         """The fast yes/no of `pipeline.why_not` (same rules, no reason)."""
         if self.status != AgentStatus.READY or not self.schedulable:
             return False
         if image not in self.images and not offers(self.images, image):  # the common yes inline
             return False
-        free, count = self.room_for(priority, session_id)
+        free, count = self.room_for(priority, session_id, ends_by)
         if self.max_kernels is not None and count + kernels > self.max_kernels:
             return False
         return all(amount <= 0 or amount <= free.get(name, _ZERO) for name, amount in slots.items())
@@ -90,12 +97,16 @@ class AgentSnapshot:
 
 @dataclass(frozen=True)
 class Hold:
-    """Room on one agent held for the nominee `session_id` of `priority`."""
+    """Room on one agent held for `session_id` of `priority`: a nominated preemptor's, or (with
+    `until`) a reservation's, which a session that ends by `until` may use meanwhile. Preemption
+    and `reserve` hold room by this one mechanism."""
 
     session_id: uuid.UUID
     priority: int
     slots: ResourceSlots
     kernels: int
+    until: dt.datetime | None = None
+    reserved: bool = False  # a reservation's (else a nominated preemptor's)
 
 
 @dataclass(frozen=True)
@@ -200,6 +211,9 @@ class ScalingGroupSnapshot:
     # run time (seconds) of a session by its (access key, image): the median of their ended ones
     occupants: list[Occupant] = field(default_factory=list)
     learned: dict[tuple[str, str], float] = field(default_factory=dict)
+    # fair share: the cluster's decayed usage per domain, project and user (read only when the
+    # group's scheduler is `fair_share`; `common.fair_share`)
+    fair_share: FairShareView | None = None
 
     @property
     def capacity(self) -> ResourceSlots:
@@ -233,11 +247,21 @@ class Preemption:
 @dataclass(frozen=True)
 class Reservation:
     """Under `reserve`: the agents (one per kernel) and the time the first session that does not
-    fit is expected to have room there; later sessions may not take what it needs by then."""
+    fit is expected to have room there (None: nothing bounds it); later sessions may not take
+    what it needs by then."""
 
     session_id: uuid.UUID
     agents: tuple[str, ...]
-    at: dt.datetime
+    at: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class Waiter:
+    """A session a plan left waiting: for room (behind `behind` under `block`), or for a validator."""
+
+    session: SessionWithKernels
+    for_room: bool
+    behind: uuid.UUID | None
 
 
 @dataclass(frozen=True)
@@ -266,3 +290,7 @@ class Plan:
     # foresight: the reservation made under `reserve`, and every waiting session's estimate
     reservations: dict[uuid.UUID, Reservation] = field(default_factory=dict)
     estimates: dict[uuid.UUID, Estimate] = field(default_factory=dict)
+    # what the estimates start from: the waiting sessions in the sequencer's order, and the
+    # sessions placed by this plan with their agents (one per kernel)
+    waiters: list[Waiter] = field(default_factory=list)
+    placed: list[tuple[SessionWithKernels, tuple[str, ...]]] = field(default_factory=list)

@@ -212,6 +212,7 @@ class RetryCoordinator:
                 cluster_mode=parent.cluster_mode,
                 priority=parent.priority,
                 preemptible=parent.preemptible,
+                max_duration=parent.max_duration,
                 status=SessionStatus.PENDING.value,
                 status_info={},
                 parent_session_id=parent.id,

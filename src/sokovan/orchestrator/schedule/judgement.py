@@ -8,11 +8,13 @@ Each outcome then goes where the handler's `StatusTransitions` table says.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from sokovan.common import foresight
 from sokovan.common.types import FailureCause, KernelStatus, SchedulingResult, SessionResult, SessionStatus
 from sokovan.config.cluster import ClusterConfig, Phase
 from sokovan.orchestrator.classify import Limits, PhaseState, classify, is_expired
@@ -75,17 +77,20 @@ def judge(
             add(session.id, SchedulingResult.EXPIRED, table.expired, message=message, info=info)
         elif session.id in result.skipped:
             reason = result.skipped[session.id]
-            if (
-                session.status == SessionStatus.PENDING
-                and session.status_info.get("pending_reason") != reason
+            ahead = result.info.get(session.id)  # foresight, when this cycle computed it
+            if session.status == SessionStatus.PENDING and (
+                session.status_info.get("pending_reason") != reason
+                or (ahead is not None and foresight.changed(session.status_info, ahead, now))
             ):
                 add(
                     session.id,
                     SchedulingResult.SKIPPED,
                     None,
                     message=reason,
-                    info={"pending_reason": reason},
+                    info={**(ahead or {}), "pending_reason": reason},
                 )
+                if ahead is not None and foresight.RESERVATION not in ahead:
+                    out[-1] = dataclasses.replace(out[-1], drop_info=frozenset({foresight.RESERVATION}))
     return out
 
 

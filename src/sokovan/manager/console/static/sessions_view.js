@@ -24,10 +24,24 @@ function cleanMessage(message) {
     .replace(EXPECTED_LIST, (_, list) => `expected ${names(list).join(" or ")}`);
 }
 
-// Why a session is where it is: the reason it waits, or what ended it.
+// An estimated start as people read it: "in 2m 05s (14:03:20)", or "now" once it is due.
+function startText(iso) {
+  const at = new Date(iso);
+  const seconds = Math.round((at.getTime() - Date.now()) / 1000);
+  const clock = at.toLocaleTimeString();
+  if (seconds <= 0) return `now (${clock})`;
+  const minutes = Math.floor(seconds / 60);
+  const rest = String(seconds % 60).padStart(2, "0");
+  return minutes ? `in ${minutes}m ${rest}s (${clock})` : `in ${seconds}s (${clock})`;
+}
+
+// Why a session is where it is: the reason it waits (and when it should start), or what ended it.
 function why(session) {
   const info = session.status_info || {};
-  if (session.status === "PENDING") return info.pending_reason || "waiting for the next placement cycle";
+  if (session.status === "PENDING") {
+    const reason = info.pending_reason || "waiting for the next placement cycle";
+    return info.estimated_start_at ? `${reason} · expected to start ${startText(info.estimated_start_at)}` : reason;
+  }
   const parts = [info.cause, info.message].filter(Boolean);
   return parts.join(": ");
 }

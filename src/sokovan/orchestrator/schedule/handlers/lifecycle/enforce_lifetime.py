@@ -1,13 +1,15 @@
-"""RUNNING → TERMINATING: a session that has run longer than its keypair policy's
-`max_session_lifetime` is ended with cause LIFETIME_EXCEEDED.
+"""RUNNING → TERMINATING: a session that has run longer than its own `max_duration` or its keypair
+policy's `max_session_lifetime` is ended with cause LIFETIME_EXCEEDED.
 
-The lifetime counts from when the session entered RUNNING (its `status_changed_at` while RUNNING):
-time spent waiting, pulling or starting is not the user's to pay. The policy is the keypair's
-current one, read live each cycle; a lifetime of 0 or none is unlimited. Only sessions past their
-lifetime are read (the condition is SQL, `narrow`), so the handler costs nothing when none are.
-Kernels stay as they are: `TerminateSessions` asks their agents to stop them, as for a user's
-terminate, and the session ends ERROR / FAILURE with the cause (never retried: LIFETIME_EXCEEDED
-is in NEVER_RETRIED).
+The time counts from when the session entered RUNNING (its `status_changed_at` while RUNNING):
+time spent waiting, pulling or starting is not the user's to pay. `max_duration` is the run time
+the session declared when it was created (CONTRACT section 16: reservations and start-time
+estimates count on it, so it is kept); the policy is the keypair's current one, read live each
+cycle, and a lifetime of 0 or none is unlimited. Where both are past, the message names the
+smaller. Only sessions past one of them are read (the condition is SQL, `narrow`), so the handler
+costs nothing when none are. Kernels stay as they are: `TerminateSessions` asks their agents to
+stop them, as for a user's terminate, and the session ends ERROR / FAILURE with the cause (never
+retried: LIFETIME_EXCEEDED is in NEVER_RETRIED).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from sqlalchemy import ColumnElement, Interval, exists, func, select
+from sqlalchemy import ColumnElement, Interval, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.orm import InstrumentedAttribute
 
 from sokovan.common.types import FailureCause, SessionStatus
 from sokovan.db.models import Keypair, KeypairResourcePolicy, Session
@@ -33,15 +36,36 @@ def lifetime_exceeded_message(lifetime: int) -> str:
     return f"ran longer than max_session_lifetime ({lifetime} s)"
 
 
-def _lifetime(now: dt.datetime) -> ColumnElement[bool]:
-    """The session's keypair policy limits its lifetime, and it has been RUNNING longer."""
+def duration_exceeded_message(duration: int) -> str:
+    return f"ran longer than its max_duration ({duration} s)"
+
+
+def _past(seconds: InstrumentedAttribute[int | None], now: dt.datetime) -> ColumnElement[bool]:
+    return Session.status_changed_at + func.make_interval(0, 0, 0, 0, 0, 0, seconds, type_=Interval) <= now
+
+
+def _overdue(now: dt.datetime) -> ColumnElement[bool]:
+    """The session has been RUNNING longer than its own max_duration, or its keypair policy limits
+    its lifetime and it has run longer than that."""
     seconds = KeypairResourcePolicy.max_session_lifetime
-    return exists().where(
+    by_policy = exists().where(
         Keypair.access_key == Session.access_key,
         KeypairResourcePolicy.name == Keypair.resource_policy,
         seconds > 0,
-        Session.status_changed_at + func.make_interval(0, 0, 0, 0, 0, 0, seconds, type_=Interval) <= now,
+        _past(seconds, now),
     )
+    return or_(Session.max_duration.is_not(None) & _past(Session.max_duration, now), by_policy)
+
+
+def overrun(session: SessionWithKernels, lifetime: int, now: dt.datetime) -> str | None:
+    """Why `session` must end now (the smaller limit it ran past), or None."""
+    ran = (now - session.status_changed_at).total_seconds()
+    limits = []
+    if session.max_duration is not None and ran >= session.max_duration:
+        limits.append((session.max_duration, duration_exceeded_message(session.max_duration)))
+    if lifetime > 0 and ran >= lifetime:
+        limits.append((lifetime, lifetime_exceeded_message(lifetime)))
+    return min(limits)[1] if limits else None
 
 
 class EnforceLifetime(SessionHandler):
@@ -52,10 +76,11 @@ class EnforceLifetime(SessionHandler):
         self._engine = engine
 
     def narrow(self, now: dt.datetime) -> ColumnElement[bool]:
-        return _lifetime(now)
+        return _overdue(now)
 
     async def execute(self, targets: Sequence[SessionWithKernels]) -> SessionResultT:
         result = SessionResultT()
+        now = dt.datetime.now(dt.UTC)
         async with self._engine.connect() as conn:
             rows = await conn.execute(
                 select(Keypair.access_key, KeypairResourcePolicy.max_session_lifetime)
@@ -64,12 +89,12 @@ class EnforceLifetime(SessionHandler):
             )
             lifetimes = {access_key: int(seconds or 0) for access_key, seconds in rows}
         for session in targets:
-            lifetime = lifetimes.get(session.access_key, 0)
-            if lifetime <= 0:  # the policy changed since the read: nothing to end
+            message = overrun(session, lifetimes.get(session.access_key, 0), now)
+            if message is None:  # the policy changed since the read: nothing to end
                 continue
             result.successes.append(session.id)
             result.success_info[session.id] = {
                 "cause": FailureCause.LIFETIME_EXCEEDED.value,
-                "message": lifetime_exceeded_message(lifetime),
+                "message": message,
             }
         return result

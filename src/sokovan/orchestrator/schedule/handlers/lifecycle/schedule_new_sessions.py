@@ -10,6 +10,8 @@ A preemptor whose decision was written is not reported (its reason is written wi
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
@@ -17,6 +19,8 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
+from sokovan.common.fair_share import FairShareConfig
+from sokovan.common.foresight import iso
 from sokovan.common.metrics import PREEMPTIONS, SESSION_TRANSITIONS
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.config.cluster import Phase
@@ -24,6 +28,8 @@ from sokovan.db.engine import autocommit
 from sokovan.orchestrator.provisioner import registry
 from sokovan.orchestrator.provisioner.allocator import RepositoryAllocator
 from sokovan.orchestrator.provisioner.build import provisioner_for
+from sokovan.orchestrator.provisioner.estimates import estimate
+from sokovan.orchestrator.provisioner.foresight_reads import load_foresight
 from sokovan.orchestrator.provisioner.loader import load_snapshots
 from sokovan.orchestrator.provisioner.snapshot import Plan, ScalingGroupSnapshot
 from sokovan.orchestrator.schedule.evictions import evict, lapse, preempted_events
@@ -35,8 +41,25 @@ from sokovan.orchestrator.schedule.handler import (
     TransitionStatus,
 )
 from sokovan.state.session_reads import SessionWithKernels
+from sokovan.state.status_info import SessionStatusInfo
 
 log = structlog.get_logger(__name__)
+
+# Start times are estimated at most this often (seconds): each estimate walks the group's agents
+# for every waiting session, and a reader needs no fresher date than this.
+LOOK_AHEAD_EVERY = 2.0
+
+
+def foresight_info(plan: Plan) -> dict[uuid.UUID, SessionStatusInfo]:
+    """What each waiting session of `plan` carries of its foresight (CONTRACT section 16)."""
+    out: dict[uuid.UUID, SessionStatusInfo] = {}
+    for sid, guess in plan.estimates.items():
+        info: SessionStatusInfo = {"estimated_start_at": iso(guess.at), "estimate_reason": guess.reason}
+        reservation = plan.reservations.get(sid)
+        if reservation is not None:
+            info["reservation"] = {"agents": list(reservation.agents), "at": iso(reservation.at)}
+        out[sid] = info
+    return out
 
 
 class ScheduleNewSessions(SessionHandler):
@@ -57,12 +80,23 @@ class ScheduleNewSessions(SessionHandler):
         allocator: RepositoryAllocator | None = None,
         events: UserEventPublisher | None = None,
         wake: Callable[[], None] | None = None,
+        fair_share: Callable[[], FairShareConfig] | None = None,
     ) -> None:
         self._engine = engine
+        self._fair_share = fair_share or FairShareConfig  # the live settings of `fair_share` groups
         self._reads: AsyncEngine | None = None  # the snapshot's reads, at once (`load_snapshots`)
         self._allocator = allocator or RepositoryAllocator()
         self._events = events
         self._wake = wake or (lambda: None)
+        self._looked_ahead = 0.0  # monotonic time of the last cycle that estimated start times
+
+    async def _look_ahead(
+        self, snapshots: list[ScalingGroupSnapshot], waiting: Sequence[SessionWithKernels]
+    ) -> None:
+        """The snapshots' occupants and learned run times (`foresight_reads`)."""
+        assert self._reads is not None
+        async with self._reads.connect() as conn:
+            await load_foresight(conn, snapshots, {(s.access_key, s.image) for s in waiting})
 
     async def execute(self, targets: Sequence[SessionWithKernels]) -> SessionResultT:
         result = SessionResultT()
@@ -75,10 +109,13 @@ class ScheduleNewSessions(SessionHandler):
         if not by_sg:
             return result
         events: list[UserEvent] = []
+        look_ahead = time.monotonic() - self._looked_ahead >= LOOK_AHEAD_EVERY
+        if look_ahead:
+            self._looked_ahead = time.monotonic()
         async with self._engine.begin() as conn:
             waiting = [s for group in by_sg.values() for s in group]
             self._reads = self._reads or autocommit(self._engine)
-            snapshots = await load_snapshots(conn, waiting, reads=self._reads)
+            snapshots = await load_snapshots(conn, waiting, reads=self._reads, fair_share=self._fair_share())
             for sg_name, sessions in by_sg.items():
                 snapshot = snapshots.get(sg_name)
                 if snapshot is None:
@@ -92,7 +129,15 @@ class ScheduleNewSessions(SessionHandler):
                     log.error("schedule.misconfigured_scaling_group", scaling_group=sg_name, error=str(exc))
                     result.skipped.update({s.id: f"scaling group misconfigured: {exc}" for s in sessions})
                     continue
+                if snapshot.queue_policy == "reserve":  # its reservation needs the timeline now
+                    await self._look_ahead([snapshot], sessions)
+                provisioner.estimate = False  # below, only on the cycles that look ahead
                 plan = await provisioner.plan_cooperatively(sessions, snapshot)
+                if look_ahead and any(w.for_room for w in plan.waiters):
+                    if snapshot.queue_policy != "reserve":
+                        await self._look_ahead([snapshot], sessions)
+                    estimate(snapshot, plan)
+                    result.info.update(foresight_info(plan))
                 committed, conflicts = await self._allocator.allocate(conn, plan, sg_name)
                 result.successes.extend(committed)
                 result.skipped.update(plan.waiting)
