@@ -14,6 +14,7 @@ one. Room held for nominated preemptors is not free here either (`AgentSnapshot.
 from __future__ import annotations
 
 import datetime as dt
+import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -82,6 +83,15 @@ class AgentLine:
             return None
         if not self.releases and not self.bookings:  # the common case: room now or never
             return now if need.fits_in(now_free) else None
+        if not self.bookings:  # room only grows: the first time it fits, it stays fitting
+            if need.fits_in(now_free):
+                return now
+            free = now_free
+            for end, slots, _ in self.releases:
+                free = free + slots
+                if need.fits_in(free):
+                    return max(end, now)
+            return None
         times = {now}
         times.update(end for end, _, _ in self.releases if end > now)
         times.update(b.end for b in self.bookings if b.end is not None and b.end > now)
@@ -106,6 +116,11 @@ class Timeline:
     now: dt.datetime
     lines: dict[str, AgentLine]
     learned: dict[tuple[str, str], float]
+    # Per request shape, the agents' earliest times as a heap (time, agent, the agent's version
+    # when computed): a booking bumps only its agents' versions, so the next session of the same
+    # shape re-reads those agents, not the thousand others (a booking only ever takes room).
+    _heaps: dict[tuple[object, ...], list[tuple[dt.datetime, str, int]]] = field(default_factory=dict)
+    _versions: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -149,6 +164,8 @@ class Timeline:
         count = len(session.kernels) or session.cluster_size
         need = session.resources if spread else session.resources.scaled(count)
         start = max(self.now, not_before) if not_before is not None else self.now
+        if not spread and not_before is None:
+            return self._earliest_one(session, need, duration, count)
         found: list[tuple[dt.datetime, str]] = []
         for line in self.usable(session):
             now_free, _ = line.agent.room_for(session.priority, session.id)
@@ -165,6 +182,36 @@ class Timeline:
             return None
         return found[0][0], (found[0][1],) * count
 
+    def _earliest_one(
+        self, session: SessionWithKernels, need: ResourceSlots, duration: float | None, count: int
+    ) -> tuple[dt.datetime, tuple[str, ...]] | None:
+        key = (session.image, tuple(sorted(need.items())), duration, session.priority)
+        heap = self._heaps.get(key)
+        if heap is None:
+            heap = []
+            for line in self.usable(session):
+                at = self._line_earliest(line, session, need, duration)
+                if at is not None:
+                    heap.append((at, line.agent.id, self._versions.get(line.agent.id, 0)))
+            heapq.heapify(heap)
+            self._heaps[key] = heap
+        while heap:
+            at, agent_id, version = heap[0]
+            current = self._versions.get(agent_id, 0)
+            if version == current:
+                return at, (agent_id,) * count
+            heapq.heappop(heap)
+            again = self._line_earliest(self.lines[agent_id], session, need, duration)
+            if again is not None:
+                heapq.heappush(heap, (again, agent_id, current))
+        return None
+
+    def _line_earliest(
+        self, line: AgentLine, session: SessionWithKernels, need: ResourceSlots, duration: float | None
+    ) -> dt.datetime | None:
+        now_free, _ = line.agent.room_for(session.priority, session.id)
+        return line.earliest(need, self.now, duration, now_free)
+
     def book(self, session: SessionWithKernels, at: dt.datetime, agents: Sequence[str]) -> None:
         """`session` takes its room on `agents` from `at` for its run time (for ever if unknown)."""
         duration = run_time(session, self.learned)
@@ -174,6 +221,7 @@ class Timeline:
             per_agent[agent_id] += 1
         for agent_id, count in per_agent.items():
             self.lines[agent_id].bookings.append(_Booking(at, end, session.resources.scaled(count), count))
+            self._versions[agent_id] = self._versions.get(agent_id, 0) + 1
 
     def releases_before(self, agent_id: str, at: dt.datetime) -> tuple[ResourceSlots, int]:
         return self.lines[agent_id].released_by(at)

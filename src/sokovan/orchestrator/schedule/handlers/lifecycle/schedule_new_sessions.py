@@ -10,6 +10,7 @@ A preemptor whose decision was written is not reported (its reason is written wi
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections import defaultdict
@@ -136,7 +137,9 @@ class ScheduleNewSessions(SessionHandler):
                 if look_ahead and any(w.for_room for w in plan.waiters):
                     if snapshot.queue_policy != "reserve":
                         await self._look_ahead([snapshot], sessions)
-                    estimate(snapshot, plan)
+                    # a thread: a large group's estimates take a fraction of a second, which the
+                    # API and the event consumer should not wait out
+                    await asyncio.to_thread(estimate, snapshot, plan)
                     result.info.update(foresight_info(plan))
                 committed, conflicts = await self._allocator.allocate(conn, plan, sg_name)
                 result.successes.extend(committed)
