@@ -161,3 +161,19 @@ def test_an_estimate_is_rewritten_only_when_it_moved_enough() -> None:
     assert foresight.changed(old, reserved, now)
     assert foresight.changed(reserved, {**reserved, "reservation": {"agents": ["a2"], "at": None}}, now)
     assert not foresight.changed(reserved, dict(reserved), now)
+
+
+def test_a_big_session_behind_an_older_small_one_is_reserved_too() -> None:
+    """When the group is full every waiting session is "first" in turn: the reservations go to
+    the first few that do not fit, so a big one behind an older small one keeps its room."""
+    snap = snapshot(
+        agent("a1", cpu=8, used_cpu=8), agent("a2", cpu=8, used_cpu=8), queue_policy="reserve", now=T0
+    )
+    snap.occupants = [occupant("a1", 8, 100), occupant("a2", 8, 200)]
+    older = declared(session(cpu=1, mem="1g", created=0), 500)
+    big = declared(session(cpu=8, mem="1g", created=1), 300)
+    result = plan([older, big], snap)
+    assert result.reservations[older.id].at == at(100) and result.reservations[older.id].agents == ("a1",)
+    # a1 at +100 has 7 left once the older one starts: the big one's room is a2's at +200
+    assert result.reservations[big.id].at == at(200) and result.reservations[big.id].agents == ("a2",)
+    assert result.estimates[big.id].at == at(200)

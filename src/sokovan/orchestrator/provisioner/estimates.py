@@ -36,9 +36,9 @@ UNBOUNDED = (
 )
 
 
-def reserve_for(session: SessionWithKernels, snapshot: ScalingGroupSnapshot, plan: Plan) -> None:
-    """Make `session`'s reservation (see the module's docstring) and hold its room."""
-    timeline = Timeline.build(snapshot, plan.placed)
+def reserve_for(session: SessionWithKernels, timeline: Timeline, plan: Plan) -> None:
+    """Make `session`'s reservation (see the module's docstring), hold its room on its agents and
+    book it in `timeline` (the plan's, which the next reservation reads)."""
     found = timeline.earliest(session)
     spread = session.cluster_mode == "multi-node" and len(session.kernels) > 1
     count = len(session.kernels) or session.cluster_size
@@ -57,6 +57,7 @@ def reserve_for(session: SessionWithKernels, snapshot: ScalingGroupSnapshot, pla
         held = ResourceSlots({k: v for k, v in short.items() if v > 0})
         hold = Hold(session.id, session.priority, held, max(0, n - freed), until=at, reserved=True)
         timeline.lines[agent_id].agent.held.append(hold)
+    timeline.book(session, at or timeline.now, agents, for_ever=at is None)
     plan.reservations[session.id] = Reservation(session.id, agents, at)
 
 
@@ -76,6 +77,12 @@ def _roomiest(timeline: Timeline, session: SessionWithKernels, agents: int, kern
 def estimate(snapshot: ScalingGroupSnapshot, plan: Plan) -> None:
     """Every waiting session's `Estimate` (see the module's docstring), written in `plan.estimates`."""
     timeline = Timeline.build(snapshot, plan.placed)
+    for waiter in plan.waiters:  # the reservations first: their room is theirs whatever the order
+        reserved = plan.reservations.get(waiter.session.id)
+        if reserved is not None:
+            timeline.book(
+                waiter.session, reserved.at or timeline.now, reserved.agents, for_ever=reserved.at is None
+            )
     nominated = set(snapshot.nominations) | {p.session_id for p in plan.preemptions}
     grace = dt.timedelta(seconds=snapshot.preemption.grace_period)
     starts: dict[uuid.UUID, dt.datetime | None] = {}
@@ -104,8 +111,6 @@ def estimate(snapshot: ScalingGroupSnapshot, plan: Plan) -> None:
         reservation = plan.reservations.get(session.id)
         if reservation is not None:
             at_r = reservation.at
-            if at_r is not None:
-                timeline.book(session, at_r, reservation.agents)
             starts[session.id] = at_r
             reason = (
                 f"reserved: room held on {_agents(reservation.agents)} from {iso(at_r)}"

@@ -58,6 +58,7 @@ from sokovan.orchestrator.provisioner.snapshot import (
     Waiter,
 )
 from sokovan.orchestrator.provisioner.stages import Reject, Selector, Sequencer, Validator, Wait
+from sokovan.orchestrator.provisioner.timeline import Timeline
 from sokovan.orchestrator.provisioner.victims import select_victims
 from sokovan.state.session_reads import YIELD_EVERY, SessionWithKernels
 
@@ -89,12 +90,22 @@ def why_not(
     return None
 
 
+# Under `reserve`, the sessions that do not fit and get a reservation, per plan, in the sequencer's
+# order (Slurm's backfill depth): the first alone would leave a big session behind an older small
+# one unprotected, as every waiting session is "first" in turn when the group is full.
+RESERVE_DEPTH = 16
+
+# A placed session's max_duration counts from its RUNNING, which comes after its placement by the
+# agent's start (image, container): a reservation lets it pass only if it ends by then even so.
+START_MARGIN = dt.timedelta(seconds=3)
+
+
 def ends_by(session: SessionWithKernels, now: dt.datetime | None) -> dt.datetime | None:
-    """When `session` would end if started `now`, by its declared `max_duration` (a reservation
-    lets it use its room meanwhile only then)."""
+    """When `session` would have ended at the latest if placed `now`, by its declared
+    `max_duration` (a reservation lets it use its room meanwhile only then)."""
     if session.max_duration is None or now is None:
         return None
-    return now + dt.timedelta(seconds=session.max_duration)
+    return now + START_MARGIN + dt.timedelta(seconds=session.max_duration)
 
 
 def rank_pending(sessions: Sequence[SessionWithKernels]) -> dict[uuid.UUID, int]:
@@ -120,6 +131,8 @@ class Provisioner:
     _unfit: dict[tuple[object, ...], str] = field(default_factory=dict)
     # request shapes (with priority) for which no victims would make room earlier in this plan
     _no_victims: set[tuple[object, ...]] = field(default_factory=set)
+    # under `reserve`: the plan's timeline, built at its first reservation
+    _timeline: Timeline | None = None
 
     def plan(self, sessions: Sequence[SessionWithKernels], snapshot: ScalingGroupSnapshot) -> Plan:
         steps = self.planning(sessions, snapshot)
@@ -147,6 +160,7 @@ class Provisioner:
     ) -> Generator[None, None, Plan]:
         """The plan, computed in steps: it yields after every `YIELD_EVERY` sessions."""
         plan = Plan()
+        self._timeline = None
         snapshot.pending_rank = rank_pending(sessions)
         blocker: SessionWithKernels | None = None
         for n, session in enumerate(self.sequencer.sequence(sessions, snapshot), 1):
@@ -170,11 +184,19 @@ class Provisioner:
                 plan.waiters.append(Waiter(session, for_room=True, behind=None))
                 if self.block:
                     blocker = session
-                elif self.reserve and not plan.reservations and not _nominated(session, snapshot, plan):
-                    reserve_for(session, snapshot, plan)
+                elif (
+                    self.reserve
+                    and len(plan.reservations) < RESERVE_DEPTH
+                    and not _nominated(session, snapshot, plan)
+                ):
+                    if self._timeline is None:
+                        self._timeline = Timeline.build(snapshot, plan.placed)
+                    reserve_for(session, self._timeline, plan)
                 continue
             plan.placements.append(placement)
             plan.placed.append((session, tuple(placement.kernels.values())))
+            if self._timeline is not None:
+                self._timeline.occupy(session, tuple(placement.kernels.values()))
             snapshot.charge(session)
             if session.id in snapshot.nominations:  # only a nominee has room held for it
                 for agent in snapshot.agents:

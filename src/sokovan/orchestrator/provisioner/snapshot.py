@@ -55,16 +55,23 @@ class AgentSnapshot:
         self.kernel_count += kernels
 
     def room_for(
-        self, priority: int | None, session_id: uuid.UUID | None, ends_by: dt.datetime | None = None
+        self,
+        priority: int | None,
+        session_id: uuid.UUID | None,
+        ends_by: dt.datetime | None = None,
+        reserved: bool = True,
     ) -> tuple[ResourceSlots, int]:
         """(free slots, kernel count) as a session of `priority` sees them: the room held for
         nominees and reservations of higher or equal priority (other than itself) is not free to
-        it, unless it is a reservation's and the session ends (`ends_by`) before that is needed."""
+        it, unless it is a reservation's and the session ends (`ends_by`) before that is needed.
+        Without `reserved`, reservations' holds do not count (the timeline books them instead)."""
         if not self.held or priority is None:
             return self.free, self.kernel_count
         free, count = self.free, self.kernel_count
         for hold in self.held:
             if hold.priority >= priority and hold.session_id != session_id:
+                if hold.reserved and not reserved:
+                    continue
                 if hold.until is not None and ends_by is not None and ends_by <= hold.until:
                     continue
                 free = free - hold.slots

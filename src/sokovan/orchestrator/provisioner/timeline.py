@@ -145,6 +145,20 @@ class Timeline:
             line.releases.sort(key=lambda r: r[0])
         return cls(snapshot.now, lines, snapshot.learned)
 
+    def occupy(self, session: SessionWithKernels, agents: Sequence[str]) -> None:
+        """`session` was placed on `agents` after this timeline was built: its room (already taken
+        from the agents' free room) comes back at its expected end."""
+        seconds = run_time(session, self.learned)
+        if seconds is None:
+            return
+        ends = self.now + dt.timedelta(seconds=seconds)
+        for agent_id in dict.fromkeys(agents):
+            count = list(agents).count(agent_id)
+            line = self.lines[agent_id]
+            line.releases.append((ends, session.resources.scaled(count), count))
+            line.releases.sort(key=lambda r: r[0])
+        self._heaps.clear()
+
     def usable(self, session: SessionWithKernels) -> list[AgentLine]:
         image = session.image
         return [
@@ -168,7 +182,7 @@ class Timeline:
             return self._earliest_one(session, need, duration, count)
         found: list[tuple[dt.datetime, str]] = []
         for line in self.usable(session):
-            now_free, _ = line.agent.room_for(session.priority, session.id)
+            now_free, _ = line.agent.room_for(session.priority, session.id, reserved=False)
             at = line.earliest(need, start, duration, now_free)
             if at is not None:
                 found.append((at, line.agent.id))
@@ -209,12 +223,14 @@ class Timeline:
     def _line_earliest(
         self, line: AgentLine, session: SessionWithKernels, need: ResourceSlots, duration: float | None
     ) -> dt.datetime | None:
-        now_free, _ = line.agent.room_for(session.priority, session.id)
+        now_free, _ = line.agent.room_for(session.priority, session.id, reserved=False)
         return line.earliest(need, self.now, duration, now_free)
 
-    def book(self, session: SessionWithKernels, at: dt.datetime, agents: Sequence[str]) -> None:
+    def book(
+        self, session: SessionWithKernels, at: dt.datetime, agents: Sequence[str], for_ever: bool = False
+    ) -> None:
         """`session` takes its room on `agents` from `at` for its run time (for ever if unknown)."""
-        duration = run_time(session, self.learned)
+        duration = None if for_ever else run_time(session, self.learned)
         end = at + dt.timedelta(seconds=duration) if duration is not None else None
         per_agent: dict[str, int] = defaultdict(int)
         for agent_id in agents:
