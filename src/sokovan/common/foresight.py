@@ -2,7 +2,7 @@
 estimate is worth a write.
 
 Every PENDING session carries `estimated_start_at` (ISO time, or null when nothing bounds it) and
-`estimate_reason`; under the `reserve` queue policy the first session that does not fit also
+`estimate_reason`; under the `reserve` queue policy the first sessions that do not fit (up to 16) also
 carries `reservation` `{"agents": [...], "at": ISO time}`. They are recomputed every placement
 cycle but written only when they moved enough to matter to a reader: a write per waiting session
 per cycle would cost more than the estimate is worth."""
