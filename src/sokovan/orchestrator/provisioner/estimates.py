@@ -1,19 +1,21 @@
-"""Foresight over one plan: the `reserve` queue policy's reservation and every waiting session's
+"""Foresight over one plan: the `reserve` queue policy's reservations and every waiting session's
 start-time estimate, both from one model (`timeline.Timeline`).
 
 The reservations: each of the first sessions of a `reserve` group that do not fit (up to
 `pipeline.RESERVE_DEPTH`, and none for which preemption holds room) gets the agents and the
 earliest time they will have room for it, by the running sessions' expected ends and the
-reservations made before it in the plan (booked on the plan's timeline). On each of those agents the part of its need that will not have
-been released by then is held for it (`Hold` with `until`, `reserved`): a later session of lower or
-equal priority takes it only if it declares a `max_duration` that ends by then. Where nothing bounds
-the running sessions' ends, the agents with the most room now are held with no end (`at` null):
-no session of lower or equal priority takes their room until the reserved session has started.
+reservations made before it in the plan (booked on the plan's timeline). On each of those agents
+the part of its need that will not have been released by then is held for it (`Hold` with
+`until`, `reserved`): a later session of lower or equal priority takes it only if it declares a
+`max_duration` that ends by then. Where nothing bounds the running sessions' ends, the agents with
+the most room now are held with no end (`at` null): no session of lower or equal priority takes
+their room until the reserved session has started.
 
 The estimates: the waiting sessions in the sequencer's order, each booked where and when the
 timeline first has room for it, so that each later session sees the room the ones ahead of it
-will take, the reservations booked first; under `block`, none starts before the one blocking the queue. A session that waits for
-a validator (quota, concurrency, dependencies) has none: what it waits for is not room.
+will take, the reservations booked first; under `block`, none starts before the one blocking the
+queue. A session that waits for a validator (quota, concurrency, dependencies) has none: what it
+waits for is not room.
 """
 
 from __future__ import annotations
