@@ -21,6 +21,8 @@ COMMANDS: list[tuple[str, str]] = [
     ("sokovan.cli.proxy_cmd", "proxy"),
     ("sokovan.cli.completion_cmd", "completion"),
     ("sokovan.cli.images_cmd", "images"),
+    ("sokovan.cli.trace_cmd", "trace"),
+    ("sokovan.cli.simulate_cmd", "simulate"),
 ]
 
 
