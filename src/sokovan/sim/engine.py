@@ -19,33 +19,29 @@ each cycle reads its snapshot afresh. Start-time estimates are not computed: the
 placement.
 
 Nor are the reasons a session waits: when no agent fits a session, the pipeline walks every agent
-once more to count why each refused it (`pipeline._filter`, for its pending_reason), which was
-nine tenths of a simulation's time; only that text depends on it, never a decision. While a run
-plans, `unexplained` has that walk count nothing (the tests check that the placements are the same
-either way; `explain=True` keeps it).
+once more to count why each refused it (for its pending_reason), which was nine tenths of a
+simulation's time; only that text depends on it, never a decision. A run plans with the
+provisioner's `explain` off (the tests check that the placements are the same either way;
+`explain=True` keeps it).
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import heapq
 import math
 import uuid
-from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sokovan.common.fair_share import FairShareView
 from sokovan.common.slots import ResourceSlots
-from sokovan.orchestrator.provisioner import pipeline
 from sokovan.orchestrator.provisioner.build import provisioner_for
-from sokovan.orchestrator.provisioner.snapshot import AgentSnapshot, Plan, ScalingGroupSnapshot
+from sokovan.orchestrator.provisioner.snapshot import Plan, ScalingGroupSnapshot
 from sokovan.sim.cluster import GroupState, Running, SimCluster
 from sokovan.sim.fair_share_input import FairShareInput
 from sokovan.sim.sessions import SimSession, sim_sessions
 from sokovan.sim.trace import Trace
-from sokovan.state.session_reads import SessionWithKernels
 
 # event kinds, in the order they are applied within one instant
 END, WITHDRAW, ARRIVE = 0, 1, 2
@@ -75,28 +71,6 @@ class Outcome:
     capacity: dict[str, float] = field(default_factory=dict)
     end: dt.datetime | None = None  # the last event
     cycles: int = 0  # plans made
-
-
-def _no_reasons(
-    agents: Sequence[AgentSnapshot],
-    session: SessionWithKernels,
-    slots: ResourceSlots,
-    kernels: int,
-    now: dt.datetime,
-) -> tuple[list[AgentSnapshot], Counter[str]]:
-    return [], Counter()
-
-
-@contextlib.contextmanager
-def unexplained() -> Iterator[None]:
-    """While in it, the pipeline does not count why each agent refused a session (see the
-    module's docstring)."""
-    kept = pipeline._filter
-    pipeline._filter = _no_reasons
-    try:
-        yield
-    finally:
-        pipeline._filter = kept
 
 
 @dataclass
@@ -133,8 +107,7 @@ class Simulation:
         heapq.heappush(self._events, (at, kind, sim.order, sim))
 
     def run(self, progress: Callable[[int], None] | None = None) -> Outcome:
-        with contextlib.nullcontext() if self.explain else unexplained():
-            return self._run(progress)
+        return self._run(progress)
 
     def _run(self, progress: Callable[[int], None] | None) -> Outcome:
         out = Outcome(self.combination, self.trace, self.sessions)
@@ -208,6 +181,7 @@ class Simulation:
         )
         provisioner = provisioner_for(snapshot)
         provisioner.estimate = False
+        provisioner.explain = self.explain
         if self.reuse_selector:
             if group.selector is None:
                 group.selector = provisioner.selector

@@ -128,6 +128,9 @@ class Provisioner:
     reserve: bool = False
     # start-time estimates for the waiting sessions (a cycle may skip them: `ScheduleNewSessions`)
     estimate: bool = True
+    # count why each agent refused a session that fits nowhere, for its pending_reason: a walk over
+    # every agent that decides nothing (the simulator, which shows no reason, turns it off)
+    explain: bool = True
     # request shape → why it did not fit earlier in this plan
     _unfit: dict[tuple[object, ...], str] = field(default_factory=dict)
     # request shapes (with priority) for which no victims would make room earlier in this plan
@@ -303,12 +306,21 @@ class Provisioner:
         if agent is None:
             agent = self.selector.pick(session, fits, snapshot)
         if agent is None:
-            _, reasons = _filter(snapshot.agents, session, whole, len(kernels), snapshot.now)
+            _, reasons = self._refusals(snapshot, session, whole, len(kernels))
             self._unfit[shape] = agents_fit(len(snapshot.agents), 0, reasons)
             return None, self._unfit[shape]
         agent.take(whole, len(kernels))
         self.selector.taken(agent)
         return Placement(session.id, dict.fromkeys(kernels, agent.id), session.resources), ""
+
+    def _refusals(
+        self, snapshot: ScalingGroupSnapshot, session: SessionWithKernels, slots: ResourceSlots, kernels: int
+    ) -> tuple[int, Counter[str]]:
+        """How many agents could take it, and why the others refuse (nothing counted unless `explain`)."""
+        if not self.explain:
+            return 0, Counter()
+        fitting, reasons = _filter(snapshot.agents, session, slots, kernels, snapshot.now)
+        return len(fitting), reasons
 
     def _place_spread(
         self, session: SessionWithKernels, snapshot: ScalingGroupSnapshot, kernels: Sequence[uuid.UUID]
@@ -335,8 +347,8 @@ class Provisioner:
                 break
             chosen.append(agent)
         if len(chosen) < len(kernels):
-            fitting, reasons = _filter(snapshot.agents, session, session.resources, 1, snapshot.now)
-            detail = agents_fit(len(snapshot.agents), len(fitting), reasons)
+            fitting, reasons = self._refusals(snapshot, session, session.resources, 1)
+            detail = agents_fit(len(snapshot.agents), fitting, reasons)
             return None, multi_node_needs(len(kernels), detail)
         for agent in chosen:
             agent.take(session.resources, 1)

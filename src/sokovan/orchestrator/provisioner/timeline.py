@@ -18,12 +18,15 @@ import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from sokovan.common.image_refs import offers
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus
 from sokovan.orchestrator.provisioner.snapshot import AgentSnapshot, Occupant, ScalingGroupSnapshot
 from sokovan.state.session_reads import SessionWithKernels
+
+_ZERO = Decimal(0)
 
 
 def run_time(session: SessionWithKernels, learned: dict[tuple[str, str], float]) -> float | None:
@@ -84,12 +87,18 @@ class AgentLine:
         if not self.releases and not self.bookings:  # the common case: room now or never
             return now if need.fits_in(now_free) else None
         if not self.bookings:  # room only grows: the first time it fits, it stays fitting
-            if need.fits_in(now_free):
+            short = {k: v - now_free.get(k, _ZERO) for k, v in need.items() if v > 0}
+            short = {k: v for k, v in short.items() if v > 0}
+            if not short:
                 return now
-            free = now_free
-            for end, slots, _ in self.releases:
-                free = free + slots
-                if need.fits_in(free):
+            for end, slots, _ in self.releases:  # only the short slots are counted down
+                for k in list(short):
+                    left = short[k] - slots.get(k, _ZERO)
+                    if left > 0:
+                        short[k] = left
+                    else:
+                        del short[k]
+                if not short:
                     return max(end, now)
             return None
         times = {now}
