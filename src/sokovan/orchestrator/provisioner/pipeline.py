@@ -8,10 +8,10 @@ Queue policy: with `block`, the first session that no agent has room for holds i
 nothing after it is placed in this cycle (no starvation of big sessions, at the cost of idle
 room); with `backfill` (the default) smaller sessions behind it may use the room meanwhile; with
 `reserve`, the first sessions that do not fit (up to `RESERVE_DEPTH`) each get a reservation
-(`reservations`): the agents
-and the time they will have room by the running sessions' expected ends (`timeline`), held for
-it as a nominee's room is (`AgentSnapshot.held`, with `until`), so that a later session starts
-ahead of it only where it fits beside that room or declares a `max_duration` that ends before.
+(`reservations`): the agents and the time they will have room by the running sessions' expected
+ends (`timeline`), held for it as a nominee's room is (`AgentSnapshot.held`, with `until`), so
+that a later session starts ahead of it only where it fits beside that room or declares a
+`max_duration` that ends before.
 A session that waits for a validator (quota, concurrency, dependencies) never blocks others.
 Every waiting session then gets a start-time estimate from the same timeline (`estimates`).
 
