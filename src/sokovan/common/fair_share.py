@@ -165,13 +165,15 @@ def fair_share_view(
     project_weights: Mapping[str, float] | None = None,
     domain_weights: Mapping[str, float] | None = None,
     pending: Iterable[Owner] = (),
+    base: Mapping[tuple[str, ...], float] | None = None,
 ) -> FairShareView:
     """The view at `now`. `capacity`: the cluster's slots (with no capacity every usage reads 0);
     `project_weights` by project, `domain_weights` by domain (missing or not a positive finite
     number: 1); `pending`: the owners of waiting sessions, which count as siblings even before
-    they used anything."""
+    they used anything; `base`: decayed usage at `now` per path (domain, project, user prefixes)
+    already summed by the caller, added to the intervals' (the simulator keeps its ended runs so)."""
     h = config.half_life_seconds
-    usage: dict[tuple[str, ...], float] = defaultdict(float)
+    usage: dict[tuple[str, ...], float] = defaultdict(float, base or {})
     for iv in intervals:
         amount = decayed(weighted(iv.slots, config.weights), iv.start, iv.end, now, h)
         for path in _paths((iv.domain, iv.project, iv.user)):

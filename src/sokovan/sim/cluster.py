@@ -116,7 +116,8 @@ class SimCluster:
         self._stale: dict[tuple[str, str], None] = {}  # pairs with runs not yet in `learned`, in order
         self._taken_at: dict[tuple[str, str], dt.datetime] = {}  # when each pair's median was taken
         self.running: dict[uuid.UUID, Running] = {}
-        self.intervals: dict[uuid.UUID, UsageInterval] = {}  # fair share: live and ended runs
+        self.intervals: dict[uuid.UUID, UsageInterval] = {}  # fair share: the live runs
+        self.ended_runs: list[UsageInterval] = []  # ended since the fair-share view last took them
         # what the cluster's live kernels hold, per slot (for utilization)
         self.used: dict[str, Decimal] = {}
         self.depended = {d for s in trace.sessions for d in s.depends_on}
@@ -190,8 +191,8 @@ class SimCluster:
         group.changed = True
         self._hold(request, -1)
         self._unbounded[sim.pair].discard(s.id)
-        iv = self.intervals[s.id]
-        self.intervals[s.id] = UsageInterval(iv.domain, iv.project, iv.user, iv.slots, iv.start, now)
+        iv = self.intervals.pop(s.id)
+        self.ended_runs.append(UsageInterval(iv.domain, iv.project, iv.user, iv.slots, iv.start, now))
         if sim.learns:
             bisect.insort(self._runs[sim.pair], (now - run.start).total_seconds())
             self._stale[sim.pair] = None
@@ -223,5 +224,10 @@ class SimCluster:
                 run = self.running[sid]
                 self.groups[run.sim.spec.scaling_group].occupy(sid, self._occupants(run))
 
-    def live_intervals(self, since: dt.datetime) -> Iterable[UsageInterval]:
-        return (iv for iv in self.intervals.values() if iv.end is None or iv.end >= since)
+    def live_intervals(self) -> Iterable[UsageInterval]:
+        return self.intervals.values()
+
+    def take_ended(self) -> list[UsageInterval]:
+        """The runs ended since the last call (the fair-share view sums them once, `fair_share_input`)."""
+        ended, self.ended_runs = self.ended_runs, []
+        return ended
