@@ -34,6 +34,7 @@ from sokovan.common.types import AgentStatus, SessionStatus
 from sokovan.orchestrator.provisioner.foresight_reads import LEARNED_KEEP
 from sokovan.orchestrator.provisioner.snapshot import NOTHING, AgentSnapshot, Occupant, Tenancy
 from sokovan.orchestrator.provisioner.stages import Selector
+from sokovan.orchestrator.provisioner.timeline_memo import TimelineMemo
 from sokovan.sim.sessions import SimSession
 from sokovan.sim.trace import Trace, TraceGroup
 
@@ -56,9 +57,19 @@ class GroupState:
     # each live session's entries by their index in it
     occupants: list[Occupant] = field(default_factory=list)
     _at: dict[uuid.UUID, list[int]] = field(default_factory=dict)
+    # the same occupants per agent, and what the group's timelines keep between plans (told of
+    # every agent whose room or occupants change)
+    by_agent: dict[str, dict[uuid.UUID, Occupant]] = field(default_factory=lambda: defaultdict(dict))
+    memo: TimelineMemo = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.memo = TimelineMemo(lambda agent_id: self.by_agent[agent_id].values())
 
     def occupy(self, session_id: uuid.UUID, occupants: list[Occupant]) -> None:
         """Add, or replace (same agents), a live session's occupants."""
+        for o in occupants:
+            self.by_agent[o.agent_id][session_id] = o
+            self.memo.changed(o.agent_id)
         places = self._at.get(session_id)
         if places is None:
             start = len(self.occupants)
@@ -72,6 +83,9 @@ class GroupState:
         """Remove a session's occupants: each place takes the list's last entry (order does not
         matter to the timeline, which sorts by end)."""
         for i in sorted(self._at.pop(session_id), reverse=True):
+            gone = self.occupants[i]
+            self.by_agent[gone.agent_id].pop(session_id, None)
+            self.memo.changed(gone.agent_id)
             last = self.occupants.pop()
             if i < len(self.occupants):
                 self.occupants[i] = last
@@ -118,6 +132,7 @@ class SimCluster:
         self.running: dict[uuid.UUID, Running] = {}
         self.intervals: dict[uuid.UUID, UsageInterval] = {}  # fair share: the live runs
         self.ended_runs: list[UsageInterval] = []  # ended since the fair-share view last took them
+        self.started_runs: list[UsageInterval] = []  # started since the fair-share view last took them
         # what the cluster's live kernels hold, per slot (for utilization)
         self.used: dict[str, Decimal] = {}
         self.depended = {d for s in trace.sessions for d in s.depends_on}
@@ -162,7 +177,9 @@ class SimCluster:
         # as floats: the view converts every amount at every build, and a Decimal's conversion
         # costs more than the rest of it
         slots = {k: float(v) for k, v in s.requested_slots.items()}
-        self.intervals[s.id] = UsageInterval(s.domain_name, str(s.project_id), str(s.user_id), slots, now)
+        interval = UsageInterval(s.domain_name, str(s.project_id), str(s.user_id), slots, now)
+        self.intervals[s.id] = interval
+        self.started_runs.append(interval)
         self.note(sim, SessionStatus.RUNNING.value)
         return run
 
@@ -226,6 +243,11 @@ class SimCluster:
 
     def live_intervals(self) -> Iterable[UsageInterval]:
         return self.intervals.values()
+
+    def take_started(self) -> list[UsageInterval]:
+        """The runs started since the last call (the fair-share view adds them once)."""
+        started, self.started_runs = self.started_runs, []
+        return started
 
     def take_ended(self) -> list[UsageInterval]:
         """The runs ended since the last call (the fair-share view sums them once, `fair_share_input`)."""

@@ -93,10 +93,12 @@ class Simulation:
         seed: int = 0,
         reuse_selector: bool = True,
         explain: bool = False,
+        reuse_timeline: bool = True,
     ):
         self.trace = trace
         self.combination = combination
         self.reuse_selector = reuse_selector
+        self.reuse_timeline = reuse_timeline
         self.explain = explain
         self.sessions = sim_sessions(trace, seed)
         self.cluster = SimCluster(trace)
@@ -146,7 +148,7 @@ class Simulation:
         self.cluster.refresh(now)
         view = None
         if self.combination.policy == "fair_share":  # as the loader, only for a group that uses it
-            view = self.fair_share.view(self.cluster, self._pending_owners(), now)
+            view = self.fair_share.view(self.cluster, self._pending_owners, now)
         for group in groups:
             group.changed = False
             plan = self._plan(group, now, view)
@@ -178,6 +180,7 @@ class Simulation:
             learned=self.cluster.learned,
             fair_share=view,
             fixed_capacity=group.capacity,
+            timeline_memo=group.memo if self.reuse_timeline else None,
         )
         provisioner = provisioner_for(snapshot)
         provisioner.estimate = False
@@ -213,5 +216,6 @@ def simulate(
     *,
     reuse_selector: bool = True,
     explain: bool = False,
+    reuse_timeline: bool = True,
 ) -> Outcome:
-    return Simulation(trace, combination, seed, reuse_selector, explain).run()
+    return Simulation(trace, combination, seed, reuse_selector, explain, reuse_timeline).run()

@@ -205,6 +205,8 @@ class Provisioner:
             if session.id in snapshot.nominations:  # only a nominee has room held for it
                 for agent in snapshot.agents:
                     agent.release(session.id)
+                if self._timeline is not None:
+                    self._timeline.forget()
         plan.roundrobin_cursor = snapshot.roundrobin_cursor
         if self.estimate and plan.waiters:
             estimate(snapshot, plan)

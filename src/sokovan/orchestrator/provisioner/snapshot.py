@@ -24,6 +24,7 @@ from sokovan.common.image_refs import offers
 from sokovan.common.preemption import PreemptionSettings
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus
+from sokovan.orchestrator.provisioner.timeline_memo import TimelineMemo
 from sokovan.state.quota import Quota
 from sokovan.state.session_reads import SessionWithKernels
 
@@ -221,6 +222,8 @@ class ScalingGroupSnapshot:
     # fair share: the cluster's decayed usage per domain, project and user (read only when the
     # group's scheduler is `fair_share`; `common.fair_share`)
     fair_share: FairShareView | None = None
+    # kept between plans by a caller that plans the same agents again and again (the simulator)
+    timeline_memo: TimelineMemo | None = None
 
     @property
     def capacity(self) -> ResourceSlots:

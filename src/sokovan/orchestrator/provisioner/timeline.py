@@ -2,13 +2,23 @@
 
 Built from the snapshot's occupants (live sessions' kernels with their expected ends) and the
 placements of the plan being made, it answers "the earliest time this request fits on this agent
-for this long". The `reserve` queue policy asks it once per plan, for the first session that does
-not fit; the start-time estimates ask it for every waiting session in the sequencer's order,
-booking each answer so that the next session sees the room the ones ahead of it will take.
+for this long". The `reserve` queue policy asks it for each of the first sessions that do not fit;
+the start-time estimates ask it for every waiting session in the sequencer's order, booking each
+answer so that the next session sees the room the ones ahead of it will take.
 
 An occupant whose end nothing bounds (no `max_duration`, no learned run time) holds its room for
 ever in this model: a request that only fits once it ends has no estimate (null), never a made-up
 one. Room held for nominated preemptors is not free here either (`AgentSnapshot.room_for`).
+
+Per request shape (the agents that may run its image, what one kernel needs, its priority), the
+earliest times of the agents without bookings are kept as a heap of (time, agent, the agent's
+version when computed). Such an agent's room only grows with time, so its earliest time does not
+depend on how long the request runs; and whatever changes it later in the plan (a placement, a
+booking) only takes room: its version is bumped, and its entry, never too late, is read again when
+it comes to the top. The next session of a shape re-reads the agents that changed, not the
+thousand others. Agents with bookings (a handful per plan) are read directly, as their answer also
+depends on the run time. A caller that plans the same agents again and again keeps the heaps and
+the agents' releases between plans in a `TimelineMemo` (the simulator; see its module).
 """
 
 from __future__ import annotations
@@ -16,106 +26,34 @@ from __future__ import annotations
 import datetime as dt
 import heapq
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 
 from sokovan.common.image_refs import offers
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus
-from sokovan.orchestrator.provisioner.snapshot import AgentSnapshot, Occupant, ScalingGroupSnapshot
+from sokovan.orchestrator.provisioner.agent_line import AgentLine, Booking, Release, run_time
+from sokovan.orchestrator.provisioner.snapshot import AgentSnapshot, ScalingGroupSnapshot
+from sokovan.orchestrator.provisioner.timeline_memo import Entry, SavedHeap, TimelineMemo
 from sokovan.state.session_reads import SessionWithKernels
 
-_ZERO = Decimal(0)
+__all__ = ["AgentLine", "Timeline", "run_time"]
 
 
-def run_time(session: SessionWithKernels, learned: dict[tuple[str, str], float]) -> float | None:
-    """How long `session` is expected to run: its declared `max_duration`, else the learned run
-    time of its owner's sessions of the same image, else None."""
-    if session.max_duration is not None:
-        return float(session.max_duration)
-    return learned.get((session.access_key, session.image))
+# a booked agent's heap entry: (earliest time, agent, (its version, its bookings) when computed)
+_BookedEntry = tuple[dt.datetime, str, tuple[int, int]]
 
 
-@dataclass(slots=True)
-class _Booking:
-    start: dt.datetime
-    end: dt.datetime | None
-    slots: ResourceSlots
-    kernels: int
+class _Lines(dict[str, AgentLine]):
+    """The agents' lines, each made when first asked for."""
 
+    def __init__(self, make: Callable[[str], AgentLine]) -> None:
+        super().__init__()
+        self._make = make
 
-@dataclass(slots=True)
-class AgentLine:
-    """One agent's room over time: free now, released at each known end, taken by bookings."""
-
-    agent: AgentSnapshot
-    # (end, slots, kernels) of the occupants whose end is known, earliest first once sorted
-    releases: list[tuple[dt.datetime, ResourceSlots, int]] = field(default_factory=list)
-    bookings: list[_Booking] = field(default_factory=list)
-
-    def free_at(self, at: dt.datetime, now_free: ResourceSlots) -> ResourceSlots:
-        free = now_free
-        for end, slots, _ in self.releases:
-            if end > at:
-                break
-            free = free + slots
-        for b in self.bookings:
-            if b.start <= at and (b.end is None or at < b.end):
-                free = free - b.slots
-        return free
-
-    def released_by(self, at: dt.datetime) -> tuple[ResourceSlots, int]:
-        slots, kernels = ResourceSlots(), 0
-        for end, held, count in self.releases:
-            if end > at:
-                break
-            slots, kernels = slots + held, kernels + count
-        return slots, kernels
-
-    def earliest(
-        self,
-        need: ResourceSlots,
-        now: dt.datetime,
-        duration: float | None,
-        now_free: ResourceSlots,
-    ) -> dt.datetime | None:
-        """The first time from `now` at which `need` fits here and stays fitting for `duration`
-        seconds (for ever when None); None when no known end makes room."""
-        if not need.fits_in(self.agent.available):
-            return None
-        if not self.releases and not self.bookings:  # the common case: room now or never
-            return now if need.fits_in(now_free) else None
-        if not self.bookings:  # room only grows: the first time it fits, it stays fitting
-            short = {k: v - now_free.get(k, _ZERO) for k, v in need.items() if v > 0}
-            short = {k: v for k, v in short.items() if v > 0}
-            if not short:
-                return now
-            for end, slots, _ in self.releases:  # only the short slots are counted down
-                for k in list(short):
-                    left = short[k] - slots.get(k, _ZERO)
-                    if left > 0:
-                        short[k] = left
-                    else:
-                        del short[k]
-                if not short:
-                    return max(end, now)
-            return None
-        times = {now}
-        times.update(end for end, _, _ in self.releases if end > now)
-        times.update(b.end for b in self.bookings if b.end is not None and b.end > now)
-        starts = sorted(b.start for b in self.bookings if b.start > now)
-        for t in sorted(times):
-            if not need.fits_in(self.free_at(t, now_free)):
-                continue
-            until = None if duration is None else t + dt.timedelta(seconds=duration)
-            if all(
-                need.fits_in(self.free_at(s, now_free))
-                for s in starts
-                if s > t and (until is None or s < until)
-            ):
-                return t
-        return None
+    def __missing__(self, agent_id: str) -> AgentLine:
+        line = self[agent_id] = self._make(agent_id)
+        return line
 
 
 @dataclass
@@ -123,60 +61,99 @@ class Timeline:
     """The group's agents' room over time, as one plan sees it."""
 
     now: dt.datetime
-    lines: dict[str, AgentLine]
+    agents: dict[str, AgentSnapshot]
     learned: dict[tuple[str, str], float]
-    # Per request shape, the agents' earliest times as a heap (time, agent, the agent's version
-    # when computed): a booking bumps only its agents' versions, so the next session of the same
-    # shape re-reads those agents, not the thousand others (a booking only ever takes room).
-    _heaps: dict[tuple[object, ...], list[tuple[dt.datetime, str, int]]] = field(default_factory=dict)
-    _versions: dict[str, int] = field(default_factory=dict)
+    memo: TimelineMemo | None = None
+    lines: _Lines = field(init=False)
+    _heaps: dict[tuple[object, ...], SavedHeap] = field(init=False)
+    _versions: dict[str, int] = field(init=False)
+    # The agents booked in this plan, and how many bookings each has. A booking lives for this plan
+    # only: it leaves the agent's version (what a kept heap's entries are good for) alone; the
+    # agent is read directly instead while it is booked.
+    _booked: dict[str, AgentLine] = field(default_factory=dict)
+    _booking: dict[str, int] = field(default_factory=dict)
+    # per shape and run time: the booked agents' earliest times, and which agents are in it
+    _booked_heaps: dict[tuple[object, ...], tuple[list[_BookedEntry], set[str]]] = field(default_factory=dict)
+    _usable: dict[str, tuple[tuple[str, ...], int, frozenset[str]]] = field(init=False)
+    _extra: dict[str, list[Release]] = field(default_factory=dict)  # placed by this plan, not in the memo
+    _read: set[tuple[object, ...]] = field(default_factory=set)  # heaps brought up to date this plan
+
+    def __post_init__(self) -> None:
+        self.lines = _Lines(self._make_line)
+        memo = self.memo
+        self._heaps = memo.heaps if memo is not None else {}
+        self._versions = memo.versions if memo is not None else {}
+        self._usable = memo.usable if memo is not None else {}
 
     @classmethod
     def build(
         cls, snapshot: ScalingGroupSnapshot, placed: Iterable[tuple[SessionWithKernels, Sequence[str]]]
     ) -> Timeline:
-        """From the snapshot's occupants and the sessions this plan placed (each with its agents)."""
-        lines = {a.id: AgentLine(a) for a in snapshot.agents}
-        occupants: list[Occupant] = list(snapshot.occupants)
+        """From the snapshot's occupants (or its memo's) and the sessions this plan placed (each
+        with its agents)."""
+        memo = snapshot.timeline_memo
+        timeline = cls(snapshot.now, {a.id: a for a in snapshot.agents}, snapshot.learned, memo)
+        if memo is None:
+            for o in snapshot.occupants:
+                if o.ends_at is not None and o.agent_id in timeline.agents:
+                    timeline._extra.setdefault(o.agent_id, []).append((o.ends_at, o.slots, o.kernels))
         for session, agents in placed:
-            seconds = run_time(session, snapshot.learned)
-            ends = snapshot.now + dt.timedelta(seconds=seconds) if seconds is not None else None
-            per_agent: dict[str, int] = defaultdict(int)
-            for agent_id in agents:
-                per_agent[agent_id] += 1
-            for agent_id, count in per_agent.items():
-                occupants.append(Occupant(session.id, agent_id, session.resources.scaled(count), count, ends))
-        for o in occupants:
-            line = lines.get(o.agent_id)
-            if line is not None and o.ends_at is not None:
-                line.releases.append((max(o.ends_at, snapshot.now), o.slots, o.kernels))
-        for line in lines.values():
-            line.releases.sort(key=lambda r: r[0])
-        return cls(snapshot.now, lines, snapshot.learned)
+            timeline._placed(session, agents, changed=memo is not None)
+        return timeline
+
+    def _placed(self, session: SessionWithKernels, agents: Sequence[str], changed: bool) -> None:
+        seconds = run_time(session, self.learned)
+        ends = self.now + dt.timedelta(seconds=seconds) if seconds is not None else None
+        for agent_id in dict.fromkeys(agents):
+            if changed:  # its free room shrank since the memo last saw it
+                self._bump(agent_id)
+            if ends is None:
+                continue
+            count = list(agents).count(agent_id)
+            release = (ends, session.resources.scaled(count), count)
+            if agent_id in self.lines:
+                line = self.lines[agent_id]
+                line.releases.append(release)
+                line.releases.sort(key=lambda r: r[0])
+            else:
+                self._extra.setdefault(agent_id, []).append(release)
+
+    def _bump(self, agent_id: str) -> None:
+        if self.memo is not None:
+            self.memo.changed(agent_id)
+        else:
+            self._versions[agent_id] = self._versions.get(agent_id, 0) + 1
+
+    def _make_line(self, agent_id: str) -> AgentLine:
+        releases = self.memo.releases_of(agent_id) if self.memo is not None else []
+        releases.extend(self._extra.pop(agent_id, ()))
+        releases.sort(key=lambda r: r[0])
+        return AgentLine(self.agents[agent_id], releases)
 
     def occupy(self, session: SessionWithKernels, agents: Sequence[str]) -> None:
         """`session` was placed on `agents` after this timeline was built: its room (already taken
         from the agents' free room) comes back at its expected end."""
-        seconds = run_time(session, self.learned)
-        if seconds is None:
-            return
-        ends = self.now + dt.timedelta(seconds=seconds)
-        for agent_id in dict.fromkeys(agents):
-            count = list(agents).count(agent_id)
-            line = self.lines[agent_id]
-            line.releases.append((ends, session.resources.scaled(count), count))
-            line.releases.sort(key=lambda r: r[0])
+        self._placed(session, agents, changed=True)
+
+    def forget(self) -> None:
+        """Room was given back outside the placed agents (a nominee's holds released): every
+        agent is read again."""
         self._heaps.clear()
 
     def usable(self, session: SessionWithKernels) -> list[AgentLine]:
-        image = session.image
-        return [
-            line
-            for line in self.lines.values()
-            if line.agent.status == AgentStatus.READY
-            and line.agent.schedulable
-            and offers(line.agent.images, image)
-        ]
+        return [self.lines[agent_id] for agent_id in self._usable_set(session.image)[0]]
+
+    def _usable_set(self, image: str) -> tuple[tuple[str, ...], int, frozenset[str]]:
+        known = self._usable.get(image)
+        if known is None:
+            ids = tuple(
+                a.id
+                for a in self.agents.values()
+                if a.status == AgentStatus.READY and a.schedulable and offers(a.images, image)
+            )
+            tokens = {v[0]: v[1] for v in self._usable.values()}
+            known = self._usable[image] = (ids, tokens.get(ids, len(tokens)), frozenset(ids))
+        return known
 
     def earliest(
         self, session: SessionWithKernels, not_before: dt.datetime | None = None
@@ -186,16 +163,17 @@ class Timeline:
         spread = session.cluster_mode == "multi-node" and len(session.kernels) > 1
         count = len(session.kernels) or session.cluster_size
         need = session.resources if spread else session.resources.scaled(count)
-        start = max(self.now, not_before) if not_before is not None else self.now
-        if not spread and not_before is None:
-            return self._earliest_one(session, need, duration, count)
-        found: list[tuple[dt.datetime, str]] = []
-        for line in self.usable(session):
-            now_free, _ = line.agent.room_for(session.priority, session.id, reserved=False)
-            at = line.earliest(need, start, duration, now_free)
-            if at is not None:
-                found.append((at, line.agent.id))
-        found.sort()
+        if not_before is None:
+            found = self._earliest_k(session, need, duration, count if spread else 1)
+        else:
+            start = max(self.now, not_before)
+            found = []
+            for line in self.usable(session):
+                now_free, _ = line.agent.room_for(session.priority, session.id, reserved=False)
+                at = line.earliest(need, start, duration, now_free)
+                if at is not None:
+                    found.append((at, line.agent.id))
+            found.sort()
         if spread:
             if len(found) < count:
                 return None
@@ -205,29 +183,129 @@ class Timeline:
             return None
         return found[0][0], (found[0][1],) * count
 
-    def _earliest_one(
-        self, session: SessionWithKernels, need: ResourceSlots, duration: float | None, count: int
-    ) -> tuple[dt.datetime, tuple[str, ...]] | None:
-        key = (session.image, tuple(sorted(need.items())), duration, session.priority)
-        heap = self._heaps.get(key)
-        if heap is None:
-            heap = []
-            for line in self.usable(session):
-                at = self._line_earliest(line, session, need, duration)
-                if at is not None:
-                    heap.append((at, line.agent.id, self._versions.get(line.agent.id, 0)))
-            heapq.heapify(heap)
-            self._heaps[key] = heap
-        while heap:
-            at, agent_id, version = heap[0]
+    def _earliest_k(
+        self, session: SessionWithKernels, need: ResourceSlots, duration: float | None, k: int
+    ) -> list[tuple[dt.datetime, str]]:
+        """The `k` agents where `need` fits earliest (for `duration`), with their times, earliest
+        first (ties by agent id); fewer when fewer ever fit."""
+        ids, token, members = self._usable_set(session.image)
+        key = (token, tuple(sorted(need.items())), session.priority)
+        saved = self._heaps.get(key)
+        if saved is None:
+            saved = self._heaps[key] = SavedHeap()
+            self._read.add(key)
+            self._refresh(saved, ids, session, need, duration, everyone=True)
+        elif key not in self._read:  # kept from an earlier plan: the agents that changed since
+            self._read.add(key)
+            self._refresh(saved, ids, session, need, duration, everyone=False)
+        saved.settle(self.now)
+        found: list[Entry] = []
+        aside: list[Entry] = []  # booked agents' entries: read directly below, kept for the next plan
+        while len(found) < k and (saved.due or saved.entries):
+            entry = saved.pop()
+            _, agent_id, version = entry
+            if agent_id in self._booked:
+                aside.append(entry)
+                continue
             current = self._versions.get(agent_id, 0)
             if version == current:
-                return at, (agent_id,) * count
-            heapq.heappop(heap)
-            again = self._line_earliest(self.lines[agent_id], session, need, duration)
+                found.append(entry)
+            elif saved.fresh.get(agent_id) != current:  # its room shrank in this plan: read again
+                saved.fresh[agent_id] = current
+                again = self._line_earliest(self.lines[agent_id], session, need, duration)
+                if again is not None:
+                    saved.push((again, agent_id, current), self.now)
+        for entry in found + aside:
+            saved.push(entry, self.now)
+        out = [(max(at, self.now), agent_id) for at, agent_id, _ in found]
+        if self._booked:
+            bar = out[k - 1] if len(out) >= k else None
+            if bar is not None and bar[0] <= self.now:
+                # only a booked agent with room now and an id before the bar's can come before it
+                for agent_id, line in self._booked.items():
+                    if agent_id < bar[1] and agent_id in members:
+                        now_free, _ = line.agent.room_for(session.priority, session.id, reserved=False)
+                        if line.room_at_first(need, self.now, now_free):
+                            at_b = line.earliest(need, self.now, duration, now_free)
+                            if at_b is not None:
+                                out.append((at_b, agent_id))
+            else:
+                out += self._booked_k(key, members, session, need, duration, k)
+        out.sort()
+        return out[:k]
+
+    def _booked_k(
+        self,
+        key: tuple[object, ...],
+        members: frozenset[str],
+        session: SessionWithKernels,
+        need: ResourceSlots,
+        duration: float | None,
+        k: int,
+    ) -> list[tuple[dt.datetime, str]]:
+        """`_earliest_k` over the agents booked in this plan: their own heap per shape and run
+        time, as lazy as the other (a booking only takes room), joined by each newly booked agent."""
+        heap, included = self._booked_heaps.setdefault((key, duration), ([], set()))
+        for agent_id, line in self._booked.items():
+            if agent_id in included or agent_id not in members:
+                continue
+            included.add(agent_id)
+            at = self._line_earliest(line, session, need, duration)
+            if at is not None:
+                heapq.heappush(heap, (at, agent_id, self._booked_version(agent_id)))
+        found: list[_BookedEntry] = []
+        while heap and len(found) < k:
+            at, agent_id, version = heapq.heappop(heap)
+            current = self._booked_version(agent_id)
+            if version == current:
+                found.append((at, agent_id, version))
+                continue
+            again = self._line_earliest(self._booked[agent_id], session, need, duration)
             if again is not None:
                 heapq.heappush(heap, (again, agent_id, current))
-        return None
+        for entry in found:
+            heapq.heappush(heap, entry)
+        return [(at, agent_id) for at, agent_id, _ in found]
+
+    def _booked_version(self, agent_id: str) -> tuple[int, int]:
+        return self._versions.get(agent_id, 0), self._booking.get(agent_id, 0)
+
+    def _refresh(
+        self,
+        saved: SavedHeap,
+        ids: Sequence[str],
+        session: SessionWithKernels,
+        need: ResourceSlots,
+        duration: float | None,
+        everyone: bool,
+    ) -> None:
+        """Compute the entries of the agents whose version moved since their newest entry (all of
+        them for a new heap); their older entries are dropped when they come to the top."""
+        fresh, versions = saved.fresh, self._versions
+        pushed: list[Entry] = []
+        if not everyone and self.memo is not None:  # the agents changed since, in the memo's log
+            members = self._usable_set(session.image)[2]
+            ids = [a for a in dict.fromkeys([*saved.deferred, *self.memo.log[saved.seen :]]) if a in members]
+            saved.deferred.clear()
+        if self.memo is not None:
+            saved.seen = len(self.memo.log)
+        for agent_id in ids:
+            current = versions.get(agent_id, 0)
+            if not everyone and fresh.get(agent_id) == current:
+                continue
+            if agent_id in self._booked:
+                saved.deferred.add(agent_id)  # read directly in this plan; its entry in the next
+                continue
+            fresh[agent_id] = current
+            at = self._line_earliest(self.lines[agent_id], session, need, duration)
+            if at is not None:
+                pushed.append((at, agent_id, current))
+        # rebuilt, without the stale entries, when they outnumber the live ones
+        if everyone or saved.size() + len(pushed) > 3 * len(self._usable_set(session.image)[0]) + 256:
+            saved.rebuild(pushed, versions, self.now)
+        else:
+            for entry in pushed:
+                saved.push(entry, self.now)
 
     def _line_earliest(
         self, line: AgentLine, session: SessionWithKernels, need: ResourceSlots, duration: float | None
@@ -245,8 +323,10 @@ class Timeline:
         for agent_id in agents:
             per_agent[agent_id] += 1
         for agent_id, count in per_agent.items():
-            self.lines[agent_id].bookings.append(_Booking(at, end, session.resources.scaled(count), count))
-            self._versions[agent_id] = self._versions.get(agent_id, 0) + 1
+            line = self.lines[agent_id]
+            line.bookings.append(Booking(at, end, session.resources.scaled(count), count))
+            self._booking[agent_id] = self._booking.get(agent_id, 0) + 1
+            self._booked[agent_id] = line
 
     def releases_before(self, agent_id: str, at: dt.datetime) -> tuple[ResourceSlots, int]:
         return self.lines[agent_id].released_by(at)
