@@ -74,6 +74,8 @@ class Timeline:
     _booking: dict[str, int] = field(default_factory=dict)
     # per shape and run time: the booked agents' earliest times, and which agents are in it
     _booked_heaps: dict[tuple[object, ...], tuple[list[_BookedEntry], set[str]]] = field(default_factory=dict)
+    # per shape and booked agent: whether it has room now, and at which (version, bookings)
+    _room: dict[tuple[tuple[object, ...], str], tuple[tuple[int, int], bool]] = field(default_factory=dict)
     _usable: dict[str, tuple[tuple[str, ...], int, frozenset[str]]] = field(init=False)
     _extra: dict[str, list[Release]] = field(default_factory=dict)  # placed by this plan, not in the memo
     _read: set[tuple[object, ...]] = field(default_factory=set)  # heaps brought up to date this plan
@@ -223,12 +225,11 @@ class Timeline:
             if bar is not None and bar[0] <= self.now:
                 # only a booked agent with room now and an id before the bar's can come before it
                 for agent_id, line in self._booked.items():
-                    if agent_id < bar[1] and agent_id in members:
+                    if agent_id < bar[1] and agent_id in members and self._room_now(key, line, session, need):
                         now_free, _ = line.agent.room_for(session.priority, session.id, reserved=False)
-                        if line.room_at_first(need, self.now, now_free):
-                            at_b = line.earliest(need, self.now, duration, now_free)
-                            if at_b is not None:
-                                out.append((at_b, agent_id))
+                        at_b = line.earliest(need, self.now, duration, now_free)
+                        if at_b is not None:
+                            out.append((at_b, agent_id))
             else:
                 out += self._booked_k(key, members, session, need, duration, k)
         out.sort()
@@ -266,6 +267,21 @@ class Timeline:
         for entry in found:
             heapq.heappush(heap, entry)
         return [(at, agent_id) for at, agent_id, _ in found]
+
+    def _room_now(
+        self, key: tuple[object, ...], line: AgentLine, session: SessionWithKernels, need: ResourceSlots
+    ) -> bool:
+        """Whether `need` fits on the booked `line` now, remembered per shape until the agent
+        changes (a booking, a placement)."""
+        agent_id = line.agent.id
+        version = self._booked_version(agent_id)
+        known = self._room.get((key, agent_id))
+        if known is not None and known[0] == version:
+            return known[1]
+        now_free, _ = line.agent.room_for(session.priority, session.id, reserved=False)
+        room = line.room_at_first(need, self.now, now_free)
+        self._room[(key, agent_id)] = (version, room)
+        return room
 
     def _booked_version(self, agent_id: str) -> tuple[int, int]:
         return self._versions.get(agent_id, 0), self._booking.get(agent_id, 0)
