@@ -14,10 +14,11 @@ from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
-from sokovan.common.slots import ResourceSlots
 from sokovan.orchestrator.provisioner.sequencers.bands import by_band
 from sokovan.orchestrator.provisioner.snapshot import ScalingGroupSnapshot
 from sokovan.state.session_reads import SessionWithKernels
+
+_ZERO = Decimal(0)
 
 
 def dominant_share(allocated: Mapping[str, Decimal], capacity: Mapping[str, Decimal]) -> Decimal:
@@ -31,30 +32,33 @@ class DRFSequencer:
     def sequence(
         self, sessions: Sequence[SessionWithKernels], snapshot: ScalingGroupSnapshot
     ) -> list[SessionWithKernels]:
-        capacity = snapshot.capacity
-        allocated: dict[uuid.UUID, ResourceSlots] = {
-            user: ResourceSlots(slots) for user, slots in snapshot.user_allocated.items()
+        # the slots with capacity, each user's holding of them (a copy, charged in place below)
+        capacity = [(slot, amount) for slot, amount in snapshot.capacity.items() if amount > 0]
+        allocated: dict[uuid.UUID, dict[str, Decimal]] = {
+            user: dict(slots) for user, slots in snapshot.user_allocated.items()
         }
+
+        def share(held: Mapping[str, Decimal]) -> Decimal:
+            """`dominant_share(held, capacity)`, over the slots with capacity listed once."""
+            return max((held.get(slot, _ZERO) / amount for slot, amount in capacity), default=_ZERO)
 
         def order(band: list[SessionWithKernels]) -> list[SessionWithKernels]:
             queues: dict[uuid.UUID, deque[SessionWithKernels]] = defaultdict(deque)
             for s in sorted(band, key=lambda s: (s.created_at, s.id)):
                 queues[s.user_id].append(s)
-            heap = [
-                (dominant_share(allocated.get(u, {}), capacity), q[0].created_at, q[0].id, u)
-                for u, q in queues.items()
-            ]
+            heap = [(share(allocated.get(u, {})), q[0].created_at, q[0].id, u) for u, q in queues.items()]
             heapq.heapify(heap)
             out: list[SessionWithKernels] = []
             while heap:
                 _, _, _, user = heapq.heappop(heap)
                 session = queues[user].popleft()
                 out.append(session)
-                allocated[user] = allocated.get(user, ResourceSlots()) + session.requested_slots
+                held = allocated.setdefault(user, {})
+                for slot, amount in session.requested_slots.items():
+                    held[slot] = held.get(slot, _ZERO) + amount
                 if queues[user]:
                     nxt = queues[user][0]
-                    share = dominant_share(allocated[user], capacity)
-                    heapq.heappush(heap, (share, nxt.created_at, nxt.id, user))
+                    heapq.heappush(heap, (share(held), nxt.created_at, nxt.id, user))
             return out
 
         return by_band(sessions, order)
