@@ -115,15 +115,26 @@ def _placements(out: engine.Outcome) -> list[tuple[str, tuple[str, ...], dt.date
         Combination("fifo", "backfill", "concentrated"),
         Combination("drf", "block", "dispersed"),
         Combination("fifo", "reserve", "concentrated"),
+        Combination("drf", "reserve", "dispersed"),
+        Combination("fair_share", "reserve", "concentrated"),
         Combination("lifo", "backfill", "roundrobin"),
     ],
 )
 def test_the_shortcuts_change_no_placement(combination: Combination) -> None:
-    """A selector kept between cycles, and the reasons not counted, place as a fresh pipeline
-    that explains every refusal does."""
+    """A selector and a timeline kept between cycles, reservations made only when they could
+    change a placement, and the reasons not counted, place as a fresh pipeline that makes every
+    reservation and explains every refusal does."""
     t = synthetic_trace(400, 30, seed=5, load=1.1, burst=1.8)
     fast = simulate(t, combination, seed=1)
-    plain = simulate(t, combination, seed=1, reuse_selector=False, explain=True)
+    plain = simulate(
+        t,
+        combination,
+        seed=1,
+        reuse_selector=False,
+        explain=True,
+        reuse_timeline=False,
+        lazy_reservations=False,
+    )
     assert _placements(fast) == _placements(plain)
     assert fast.starts  # the trace does place
 

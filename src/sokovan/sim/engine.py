@@ -94,11 +94,13 @@ class Simulation:
         reuse_selector: bool = True,
         explain: bool = False,
         reuse_timeline: bool = True,
+        lazy_reservations: bool = True,
     ):
         self.trace = trace
         self.combination = combination
         self.reuse_selector = reuse_selector
         self.reuse_timeline = reuse_timeline
+        self.lazy_reservations = lazy_reservations
         self.explain = explain
         self.sessions = sim_sessions(trace, seed)
         self.cluster = SimCluster(trace)
@@ -185,6 +187,7 @@ class Simulation:
         provisioner = provisioner_for(snapshot)
         provisioner.estimate = False
         provisioner.explain = self.explain
+        provisioner.reservations.lazy = self.lazy_reservations
         if self.reuse_selector:
             if group.selector is None:
                 group.selector = provisioner.selector
@@ -217,5 +220,8 @@ def simulate(
     reuse_selector: bool = True,
     explain: bool = False,
     reuse_timeline: bool = True,
+    lazy_reservations: bool = True,
 ) -> Outcome:
-    return Simulation(trace, combination, seed, reuse_selector, explain, reuse_timeline).run()
+    return Simulation(
+        trace, combination, seed, reuse_selector, explain, reuse_timeline, lazy_reservations
+    ).run()

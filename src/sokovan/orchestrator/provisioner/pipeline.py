@@ -38,7 +38,7 @@ from sokovan.common.preemption import NOMINATED_AGENTS, PreemptionMode
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import AgentStatus, ClusterMode
 from sokovan.orchestrator.hooks import hook_for
-from sokovan.orchestrator.provisioner.estimates import estimate, reserve_for
+from sokovan.orchestrator.provisioner.estimates import estimate
 from sokovan.orchestrator.provisioner.reasons import (
     AgentRefusal,
     agents_fit,
@@ -49,6 +49,7 @@ from sokovan.orchestrator.provisioner.reasons import (
     queued_behind,
     waiting_for_victims,
 )
+from sokovan.orchestrator.provisioner.reservations import Reservations, ends_by
 from sokovan.orchestrator.provisioner.snapshot import (
     AgentSnapshot,
     Hold,
@@ -59,7 +60,6 @@ from sokovan.orchestrator.provisioner.snapshot import (
     Waiter,
 )
 from sokovan.orchestrator.provisioner.stages import Reject, Selector, Sequencer, Validator, Wait
-from sokovan.orchestrator.provisioner.timeline import Timeline
 from sokovan.orchestrator.provisioner.victims import select_victims
 from sokovan.state.session_reads import YIELD_EVERY, SessionWithKernels
 
@@ -91,24 +91,6 @@ def why_not(
     return None
 
 
-# Under `reserve`, the sessions that do not fit and get a reservation, per plan, in the sequencer's
-# order (Slurm's backfill depth): the first alone would leave a big session behind an older small
-# one unprotected, as every waiting session is "first" in turn when the group is full.
-RESERVE_DEPTH = 16
-
-# A placed session's max_duration counts from its RUNNING, which comes after its placement by the
-# agent's start (image, container): a reservation lets it pass only if it ends by then even so.
-START_MARGIN = dt.timedelta(seconds=3)
-
-
-def ends_by(session: SessionWithKernels, now: dt.datetime | None) -> dt.datetime | None:
-    """When `session` would have ended at the latest if placed `now`, by its declared
-    `max_duration` (a reservation lets it use its room meanwhile only then)."""
-    if session.max_duration is None or now is None:
-        return None
-    return now + START_MARGIN + dt.timedelta(seconds=session.max_duration)
-
-
 def rank_pending(sessions: Sequence[SessionWithKernels]) -> dict[uuid.UUID, int]:
     """Each session's 1-based position among its keypair's sessions, oldest first."""
     seen: Counter[str] = Counter()
@@ -135,8 +117,8 @@ class Provisioner:
     _unfit: dict[tuple[object, ...], str] = field(default_factory=dict)
     # request shapes (with priority) for which no victims would make room earlier in this plan
     _no_victims: set[tuple[object, ...]] = field(default_factory=set)
-    # under `reserve`: the plan's timeline, built at its first reservation
-    _timeline: Timeline | None = None
+    # under `reserve`: the plan's reservations (`lazy`: made only when they could change a placement)
+    reservations: Reservations = field(default_factory=Reservations)
 
     def plan(self, sessions: Sequence[SessionWithKernels], snapshot: ScalingGroupSnapshot) -> Plan:
         steps = self.planning(sessions, snapshot)
@@ -164,7 +146,7 @@ class Provisioner:
     ) -> Generator[None, None, Plan]:
         """The plan, computed in steps: it yields after every `YIELD_EVERY` sessions."""
         plan = Plan()
-        self._timeline = None
+        self.reservations.begin()
         snapshot.pending_rank = rank_pending(sessions)
         blocker: SessionWithKernels | None = None
         for n, session in enumerate(self.sequencer.sequence(sessions, snapshot), 1):
@@ -182,6 +164,7 @@ class Provisioner:
                 plan.waiting[session.id] = queued_behind(blocker.id)
                 plan.waiters.append(Waiter(session, for_room=True, behind=blocker.id))
                 continue
+            self.reservations.before_place(session, snapshot, plan, self.selector)
             placement, reason = self._place(session, snapshot)
             if placement is None:
                 self._no_room(session, snapshot, plan, reason)
@@ -190,23 +173,19 @@ class Provisioner:
                     blocker = session
                 elif (
                     self.reserve
-                    and len(plan.reservations) < RESERVE_DEPTH
+                    and self.reservations.room_for_more(plan)
                     and not _nominated(session, snapshot, plan)
                 ):
-                    if self._timeline is None:
-                        self._timeline = Timeline.build(snapshot, plan.placed)
-                    reserve_for(session, self._timeline, plan)
+                    self.reservations.reserve(session, snapshot, plan)
                 continue
             plan.placements.append(placement)
             plan.placed.append((session, tuple(placement.kernels.values())))
-            if self._timeline is not None:
-                self._timeline.occupy(session, tuple(placement.kernels.values()))
             snapshot.charge(session)
-            if session.id in snapshot.nominations:  # only a nominee has room held for it
+            nominee = session.id in snapshot.nominations
+            if nominee:  # only a nominee has room held for it
                 for agent in snapshot.agents:
                     agent.release(session.id)
-                if self._timeline is not None:
-                    self._timeline.forget()
+            self.reservations.placed(session, tuple(placement.kernels.values()), nominee)
         plan.roundrobin_cursor = snapshot.roundrobin_cursor
         if self.estimate and plan.waiters:
             estimate(snapshot, plan)
