@@ -141,6 +141,9 @@ class Timeline:
         """Room was given back outside the placed agents (a nominee's holds released): every
         agent is read again."""
         self._heaps.clear()
+        self._read.clear()
+        self._booked_heaps.clear()
+        self._room.clear()
 
     def usable(self, session: SessionWithKernels) -> list[AgentLine]:
         return [self.lines[agent_id] for agent_id in self._usable_set(session.image)[0]]
