@@ -23,6 +23,12 @@ once more to count why each refused it (for its pending_reason), which was nine 
 simulation's time; only that text depends on it, never a decision. A run plans with the
 provisioner's `explain` off (the tests check that the placements are the same either way;
 `explain=True` keeps it).
+
+Under `reserve`, each group keeps its timeline's memo between plans (`GroupState.memo`: the
+agents' releases and the heaps of their earliest times, re-read only for the agents that changed;
+`reuse_timeline=False` starts each plan afresh), and a plan makes its reservations lazily, only
+while a later session could still be placed with their holds (`provisioner.reservations`;
+`lazy_reservations=False` makes each at once). The tests compare both ways.
 """
 
 from __future__ import annotations

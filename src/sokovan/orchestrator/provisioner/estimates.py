@@ -2,7 +2,7 @@
 start-time estimate, both from one model (`timeline.Timeline`).
 
 The reservations: each of the first sessions of a `reserve` group that do not fit (up to
-`pipeline.RESERVE_DEPTH`, and none for which preemption holds room) gets the agents and the
+`reservations.RESERVE_DEPTH`, and none for which preemption holds room) gets the agents and the
 earliest time they will have room for it, by the running sessions' expected ends and the
 reservations made before it in the plan (booked on the plan's timeline). On each of those agents
 the part of its need that will not have been released by then is held for it (`Hold` with
