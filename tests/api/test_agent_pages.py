@@ -5,12 +5,14 @@ users kept apart."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 from sqlalchemy import insert, update
 
 from sokovan.db.models import Agent, ScalingGroup
 from sokovan.manager.api.admin_schemas import AgentList
+from sokovan.manager.api.agents import PAGES_KEY
 from tests.api.conftest import Api, add_agent
 from tests.api.tenancy_helpers import place_kernels
 
@@ -37,6 +39,30 @@ async def test_the_page_is_what_the_models_give_and_a_heartbeat_keeps_the_tag(ap
     assert same_tag == tag
     assert {a["heartbeat_seq"] for a in fresh["items"]} == {7}
     assert all(a["last_heartbeat_at"] is not None for a in fresh["items"])
+
+
+async def test_a_beat_alone_patches_the_entry_as_a_full_render_would(api: Api) -> None:
+    """The entry of an agent whose heartbeat alone moved has its four heartbeat fields read again
+    and put in; the page is byte for byte what rendering every agent afresh gives."""
+    await _page(api, api.admin)  # every entry rendered once
+    device = {"id": "cuda:0", "uuid": "GPU-1", "model": "H200", "memory": 1 << 30, "temperature": 41.5}
+    beat = dt.datetime.now(dt.UTC)
+    async with api.engine.begin() as conn:
+        await conn.execute(
+            update(Agent)
+            .where(Agent.id == "agent-1")
+            .values(last_heartbeat_at=beat, heartbeat_seq=42, health={"load1": 0.5}, devices=[device])
+        )
+    patched = await api.client.get("/v2/agents", headers=api.admin)
+    body = await patched.read()
+    pages = api.client.server.app[PAGES_KEY]
+    pages._entries.clear()  # what a worker that never saw the agents renders
+    fresh = await api.client.get("/v2/agents", headers=api.admin)
+    assert body == await fresh.read()
+    one = next(a for a in json.loads(body)["items"] if a["id"] == "agent-1")
+    shown = (one["heartbeat_seq"], one["health"], one["devices"][0]["temperature"])
+    assert shown == (42, {"load1": 0.5}, 41.5)
+    assert one["last_heartbeat_at"] is not None
 
 
 async def test_occupancy_status_and_new_agents_change_the_page_at_once(api: Api) -> None:

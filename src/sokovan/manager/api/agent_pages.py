@@ -11,8 +11,9 @@ heartbeat's own fields), the next cursor, the query, who asks (a user is shown l
 current `BEAT_EPOCH_S` window of the clock. So a poller that sends `If-None-Match` gets `304` (and
 costs the marks statement only) while nothing but heartbeats changed in the fleet, and a fresh page
 whenever an agent's status, slots, occupancy or settings change, or a new window begins: the
-`last_heartbeat_at` it holds is then at most that much behind. Workers agree on the tag, as it is
-made only of what PostgreSQL holds and the clock.
+`last_heartbeat_at` it holds is then at most that much behind. In a fresh page, an agent whose
+heartbeat alone moved has only the heartbeat's fields read again and put into its entry. Workers
+agree on the tag, as it is made only of what PostgreSQL holds and the clock.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from sokovan.common.gpu import DeviceInfo
 from sokovan.manager.api.admin_schemas import AgentOut
 from sokovan.manager.api.conditional import names_match
 from sokovan.manager.api.redact import shown_info
@@ -78,11 +81,25 @@ class AgentPages:
         return entry.user_json
 
     async def _refresh(self, conn: AsyncConnection, marks: list[AgentMark]) -> None:
+        """Bring the page's entries up to its marks: an agent whose shown state changed (or that
+        is new here) is read and rendered whole; one whose heartbeat alone moved (every agent, once
+        per beat) has only the heartbeat's fields read and put into its entry."""
         held = self._entries
-        stale = [m for m in marks if (e := held.get(m.id)) is None or (e.state, e.beat) != (m.state, m.beat)]
+        stale: list[AgentMark] = []
+        beaten: list[AgentMark] = []
+        for m in marks:
+            entry = held.get(m.id)
+            if entry is None or entry.state != m.state:
+                stale.append(m)
+            elif entry.beat != m.beat:
+                beaten.append(m)
         if len(self._entries) + len(stale) > MAX_ENTRIES:
             self._entries.clear()
-            stale = marks
+            stale, beaten = marks, []
+        if beaten:
+            by_id = {m.id: m for m in beaten}
+            for agent_id, fields in (await agents_read.get_beats(conn, list(by_id))).items():
+                self._beat(held[agent_id], by_id[agent_id], fields)
         if not stale:
             return
         by_id = {m.id: m for m in stale}
@@ -96,6 +113,15 @@ class AgentPages:
                 admin_json=agent.model_dump_json().encode(),
                 per_user=_names_access_keys(agent.status_info),
             )
+
+    @staticmethod
+    def _beat(entry: _Entry, mark: AgentMark, fields: dict[str, Any]) -> None:
+        """A new heartbeat in a rendered entry: its four fields replaced, the rest kept as is."""
+        fields["devices"] = [DeviceInfo.model_validate(d) for d in fields["devices"]]
+        entry.agent = entry.agent.model_copy(update=fields)
+        entry.admin_json = entry.agent.model_dump_json().encode()
+        entry.user_json = None
+        entry.beat = mark.beat
 
     @staticmethod
     def tag(request: web.Request, principal: Principal, marks: list[AgentMark], cursor: str | None) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import exists, select
+from sqlalchemy import exists, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.image_refs import split_stored
@@ -95,6 +95,27 @@ async def get_agents(conn: AsyncConnection, agent_ids: Sequence[str]) -> list[di
         return []
     rows = (await conn.execute(select(*_COLUMNS).where(Agent.id.in_(list(agent_ids))))).all()
     return await _views(conn, rows)
+
+
+_BEATS = text("SELECT id, last_heartbeat_at, heartbeat_seq, health, devices FROM agents WHERE id = ANY(:ids)")
+
+
+async def get_beats(conn: AsyncConnection, agent_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The heartbeat's own fields of these agents' views (`last_heartbeat_at`, `heartbeat_seq`,
+    `health`, `devices`), by id: what changes with every beat, read without the rest of the row
+    or the agents' kernels."""
+    if not agent_ids:
+        return {}
+    rows = (await conn.execute(_BEATS, {"ids": list(agent_ids)})).all()
+    return {
+        r.id: {
+            "last_heartbeat_at": r.last_heartbeat_at,
+            "heartbeat_seq": r.heartbeat_seq,
+            "health": dict(r.health or {}),
+            "devices": list(r.devices or []),
+        }
+        for r in rows
+    }
 
 
 async def agent_exists(conn: AsyncConnection, agent_id: str) -> bool:
