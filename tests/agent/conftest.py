@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from sokovan.agent.daemon import AgentConfig, AgentDaemon
 from sokovan.agent.hollow import HollowConfig, HollowFleet
 from sokovan.agent.images import ImageCatalog, ImageEnv
-from sokovan.bus.streams import beats_key, stream_key
+from sokovan.bus.streams import answered_key, beats_key, stream_key
 from sokovan.common.events import AgentEvent, decode_event
 from sokovan.common.rpc import AgentRPCClient, KernelSpec, signed_headers
 from sokovan.common.settings import Settings
@@ -37,12 +37,12 @@ def _entry_order(entry_id: bytes) -> tuple[int, int]:
 
 
 class AgentEvents:
-    """The events one agent (or, with `agent_id=None`, every agent) put on the streams (its events'
-    and its heartbeats'), in the order Redis took them."""
+    """The events one agent (or, with `agent_id=None`, every agent) put on the streams (its events',
+    its heartbeats' and what its RPC answers carried too), in the order Redis took them."""
 
     def __init__(self, redis: aioredis.Redis, settings: Settings, agent_id: str | None) -> None:
         self._redis = redis
-        self._last = {stream_key(settings.etcd_prefix): "0-0", beats_key(settings.etcd_prefix): "0-0"}
+        self._last = {key(settings.etcd_prefix): "0-0" for key in (stream_key, beats_key, answered_key)}
         self._secret = settings.cluster_secret or ""
         self._agent_id = agent_id
         self.seen: list[AgentEvent] = []

@@ -7,9 +7,13 @@ stream, the consumer's read, possibly the other manager worker). So the server r
 `answering()`: every event the call's task emits through the outbox (`note`, after the outbox's
 own dropper, so an event dropped on purpose is lost here too) is also put in the answer, and the
 manager applies it as soon as it has written the call's transitions. The bus copy still goes
-out, in emission order, and applying it later is a no-op (kernel events are guarded by the
-statuses they expect): the answer only makes an event arrive sooner, never in another order
-than the bus would have delivered it.
+out, in emission order, on a stream of its own (`bus.streams.answered_key`), which the managers
+apply no sooner than `ANSWERED_DELAY` after Redis took it, so that the answer comes first and the
+copy is a no-op (kernel events are guarded by the statuses they expect). Before, the copy raced
+the answer: in a burst of 10,000 sessions it won for a quarter of the PREPARED and half of the
+RUNNING moves, each then applied and followed twice. The copy is only the fallback for an answer
+that was lost (a manager that died holding it); kernel events being guarded, one applied late,
+after a later event of its kernel, is a no-op too.
 
 An event is collected only from the call (a context variable: the task that runs it, and tasks it
 starts) and only while the call runs: a delayed pull that finishes after the answer went goes by
@@ -41,11 +45,13 @@ class Answer:
 _ANSWER: contextvars.ContextVar[Answer | None] = contextvars.ContextVar("sokovan_rpc_answer", default=None)
 
 
-def note(event: BaseModel) -> None:
-    """Add a kernel event to the answer of the call that emitted it, if any."""
+def note(event: BaseModel) -> bool:
+    """Add a kernel event to the answer of the call that emitted it, if any; whether it was."""
     answer = _ANSWER.get()
     if answer is not None and answer.open and isinstance(event, KERNEL_EVENT_TYPES):
         answer.events.append(event.model_dump(mode="json"))
+        return True
+    return False
 
 
 @contextlib.contextmanager

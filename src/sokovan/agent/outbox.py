@@ -5,7 +5,9 @@ is published, so an event held through a long Redis outage still carries a fresh
 publishes whatever has accumulated as one pipeline of `XADD`s, so a hollow fleet of a thousand
 agents costs one Redis round trip per batch, not one per event. Heartbeats go to a stream of their
 own (`bus.streams.beats_key`), read in batches, all but each agent's first (its registration),
-which goes with the events. A batch that fails (Redis
+which goes with the events. A kernel event that also went into the answer of the RPC call that
+caused it (`agent.answers`) goes to a third stream (`bus.streams.answered_key`), which the
+managers read late: it is the answer's fallback. A batch that fails (Redis
 unreachable) is retried whole until Redis takes it: delivery is at least once, and the order of
 emission is kept, so the manager sees an agent's registration before its kernel events and a
 kernel's KernelRunning before its KernelTerminated.
@@ -38,7 +40,7 @@ from pydantic import BaseModel
 from redis.exceptions import RedisError
 
 from sokovan.agent import answers
-from sokovan.bus.streams import MAXLEN, beats_key, stream_key
+from sokovan.bus.streams import MAXLEN, answered_key, beats_key, stream_key
 from sokovan.common.events import KERNEL_EVENT_TYPES, AgentHeartbeat, AgentStopping, seal
 
 log = structlog.get_logger(__name__)
@@ -120,10 +122,12 @@ class EventOutbox:
         self._redis = redis
         self._key = stream_key(prefix)
         self._beats_key = beats_key(prefix)
+        self._answered_key = answered_key(prefix)
         self._announced: set[str] = set()  # agents whose registration beat went out
         self._secret = secret
         self._max_batch = max_batch
-        self._pending: collections.deque[tuple[str, str]] = collections.deque()  # (name, event JSON)
+        # (name, event JSON, whether it went into an RPC answer too)
+        self._pending: collections.deque[tuple[str, str, bool]] = collections.deque()
         self._in_flight = 0
         self._heartbeats = 0  # how many of the pending are heartbeats
         self.max_pending = MAX_PENDING
@@ -140,9 +144,9 @@ class EventOutbox:
     def emit(self, event: BaseModel) -> None:
         if self._dropper is not None and self._dropper.drops(event):
             return
-        answers.note(event)
+        answered = answers.note(event)
         name = str(getattr(event, "name", ""))
-        self._pending.append((name, event.model_dump_json()))
+        self._pending.append((name, event.model_dump_json(), answered))
         self._heartbeats += name == HEARTBEAT
         while len(self._pending) > self.max_pending:
             self._drop_oldest()
@@ -152,7 +156,7 @@ class EventOutbox:
     def _drop_oldest(self) -> None:
         """Drop the oldest pending heartbeat, or without one the oldest pending event."""
         if self._heartbeats:
-            index = next(i for i, (name, _) in enumerate(self._pending) if name == HEARTBEAT)
+            index = next(i for i, (name, _, _) in enumerate(self._pending) if name == HEARTBEAT)
             del self._pending[index]
             self._heartbeats -= 1
             self.dropped_heartbeats += 1
@@ -170,18 +174,19 @@ class EventOutbox:
 
     def pending_names(self) -> list[str]:
         """The names of the pending events, oldest first (for tests and diagnostics)."""
-        return [name for name, _ in self._pending]
+        return [name for name, _, _ in self._pending]
 
     def __len__(self) -> int:
         """Events not published yet (pending and in flight)."""
         return len(self._pending) + self._in_flight
 
-    def _stream_of(self, name: str, data: str) -> str:
+    def _stream_of(self, name: str, data: str, answered: bool) -> str:
         """Where an event goes: a heartbeat to the heartbeats' stream, except an agent's first
         from this outbox (its registration), which goes with the events so that the manager has it
-        before any of the agent's kernel events; every other event to the events' stream."""
+        before any of the agent's kernel events; an event an RPC answer carried too to the
+        answered events' stream; every other event to the events' stream."""
         if name != HEARTBEAT:
-            return self._key
+            return self._answered_key if answered else self._key
         agent_id = str(json.loads(data).get("agent_id", ""))
         if agent_id in self._announced:
             return self._beats_key
@@ -206,16 +211,16 @@ class EventOutbox:
                 continue
             count = min(len(self._pending), self._max_batch)
             taken = [self._pending.popleft() for _ in range(count)]  # drops never touch a batch in flight
-            self._heartbeats -= sum(name == HEARTBEAT for name, _ in taken)
+            self._heartbeats -= sum(name == HEARTBEAT for name, _, _ in taken)
             self._in_flight = count
-            streams = [self._stream_of(name, data) for name, data in taken]
+            streams = [self._stream_of(name, data, answered) for name, data, answered in taken]
             delay = 0.1
             while True:
                 try:
                     # Signed at each attempt: the time in the signature is when Redis got it.
-                    sealed = [seal(data, self._secret) for _, data in taken]
+                    sealed = [seal(data, self._secret) for _, data, _ in taken]
                     await self.publish_many(list(zip(streams, sealed, strict=True)))
-                    if any(name == HEARTBEAT for name, _ in taken):
+                    if any(name == HEARTBEAT for name, _, _ in taken):
                         self.last_heartbeat_at = time.monotonic()
                     break
                 except (RedisError, OSError) as exc:

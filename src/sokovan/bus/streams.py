@@ -26,6 +26,14 @@ liveness is judged over seconds. Beats found on the events stream (an agent of a
 wait `beat_window` there and are applied together, then acknowledged (a crash before that leaves
 them pending, to be claimed like any other). A read whose events were all heartbeats reports to
 `on_read` when they are applied, not before.
+
+A kernel event that an agent also put in its answer to the RPC call that caused it (`agent.answers`)
+travels on a third stream (`answered_key`), read by a consumer that applies each entry no sooner
+than `delay` after Redis took it. The manager that made the call applies the answer first, in the
+same write as the call's transitions; the stream's copy, applied later, is then a no-op, and only
+an answer that was lost (a manager that died holding it) is applied from it. Read at once, the copy
+raced the answer and often won, so the same move was written and followed twice. Its backlog is
+not counted with the other two: it tells nothing of an agent's liveness.
 """
 
 from __future__ import annotations
@@ -58,6 +66,11 @@ def stream_key(prefix: str) -> str:
 def beats_key(prefix: str) -> str:
     """The stream of agents' heartbeats, apart from their other events (see the module's doc)."""
     return f"{prefix}:beats"
+
+
+def answered_key(prefix: str) -> str:
+    """The stream of kernel events that an RPC answer carried too (see the module's doc)."""
+    return f"{prefix}:answered"
 
 
 def nonce_key(prefix: str, nonce: str) -> str:
@@ -146,11 +159,15 @@ class EventConsumer:
         beat_window: float = 0.0,
         key: str | None = None,
         pace: float = 0.0,
+        delay: float = 0.0,
     ) -> None:
+        """`pace`: seconds to wait after a read that got something, so that the next read brings a
+        batch; `delay`: an entry is applied no sooner than this long after Redis took it."""
         self._redis = redis
         self._claim_nonces = redis.register_script(_CLAIM_NONCES)
         self._key = key or stream_key(prefix)
         self._pace = pace
+        self._delay = delay
         self._prefix = prefix
         self._secret = secret
         self._consumer = consumer
@@ -195,6 +212,8 @@ class EventConsumer:
                     await self.ensure_group()
                     continue
                 raise
+            if self._delay > 0 and reply:
+                await self._wait_out(reply, stop)
             results = [await self._dispatch(entries) for _stream, entries in reply or []]
             decided = [applied for applied in results if applied is not None]
             if decided or not results:  # an empty read got through; held beats report later
@@ -206,6 +225,18 @@ class EventConsumer:
             if self._pace > 0 and reply:  # let the next read gather a batch
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self._pace)
+
+    async def _wait_out(self, reply: Any, stop: asyncio.Event) -> None:
+        """Wait until the newest entry of a read is `delay` old (at most `delay`: the clocks of
+        Redis and this host may differ), or until `stop`: then what was read is applied at once."""
+        added = [entry_time(entry_id) for _stream, entries in reply for entry_id, _ in entries]
+        newest = max((t for t in added if t is not None), default=None)
+        if newest is None:
+            return
+        wait = min(self._delay, newest + self._delay - time.time())
+        if wait > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), wait)
 
     async def _claim_stale(self) -> None:
         start = "0-0"

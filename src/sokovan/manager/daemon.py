@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.bus.hints import Hint, HintPublisher, listen_hints
 from sokovan.bus.routing import RoutingBus
-from sokovan.bus.streams import EventConsumer, beats_key, consumer_backlog
+from sokovan.bus.streams import EventConsumer, answered_key, beats_key, consumer_backlog
 from sokovan.bus.user_events import UserEventPublisher
 from sokovan.common import eventloop
 from sokovan.common.lifecycle import stop_on_signals
@@ -62,6 +62,10 @@ BEAT_WINDOW = 0.1
 # The heartbeats' own stream is read at most this often (`bus.streams`): a fleet's beats then come
 # in batches, and an agent's liveness is judged over seconds.
 BEATS_PACE = 1.0
+# An RPC answer's kernel events are applied from the answer; their copies on the bus (a stream of
+# their own) are applied no sooner than this after they were put there: by then, a no-op
+# (`bus.streams`).
+ANSWERED_DELAY = 2.0
 
 
 class ManagerFailed(RuntimeError):
@@ -182,6 +186,7 @@ async def _serve_until_stopped(
     )
     consumer = consumer_of(beat_window=BEAT_WINDOW)
     beats = consumer_of(key=beats_key(settings.etcd_prefix), pace=BEATS_PACE)
+    answered = consumer_of(key=answered_key(settings.etcd_prefix), delay=ANSWERED_DELAY)
     runner = web.AppRunner(create_app(ctx, config), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, settings.api_host, settings.api_port, reuse_port=reuse_port or None)
@@ -196,6 +201,7 @@ async def _serve_until_stopped(
         "orchestrator": orchestrator.run,
         "event-consumer": consumer.run,
         "heartbeat-consumer": beats.run,
+        "answered-consumer": answered.run,
         "config-watcher": watcher.run,
         "hints": functools.partial(listen_hints, redis, settings.etcd_prefix, _on_hint(ctx, orchestrator)),
         "peer-watch": peers.run,
