@@ -65,6 +65,24 @@ async def test_a_beat_alone_patches_the_entry_as_a_full_render_would(api: Api) -
     assert one["last_heartbeat_at"] is not None
 
 
+async def test_new_kernels_patch_the_occupancy_as_a_full_render_would(api: Api) -> None:
+    """An agent whose live kernels alone changed has its occupancy read again and put in its
+    entry, with a new tag; its heartbeat moving at the same time is put in too."""
+    _, tag, _ = await _page(api, api.admin)
+    created = await api.create(api.alice, resources={"cpu": 3, "mem": "2g"})
+    await place_kernels(api.engine, str((await created.json())["id"]), "agent-2", "RUNNING")
+    async with api.engine.begin() as conn:
+        await conn.execute(update(Agent).where(Agent.id == "agent-2").values(heartbeat_seq=9))
+    patched = await api.client.get("/v2/agents", headers={**api.admin, "If-None-Match": tag})
+    assert patched.status == 200 and patched.headers["ETag"] != tag
+    body = await patched.read()
+    api.client.server.app[PAGES_KEY]._entries.clear()
+    fresh = await api.client.get("/v2/agents", headers=api.admin)
+    assert body == await fresh.read()
+    two = next(a for a in json.loads(body)["items"] if a["id"] == "agent-2")
+    assert (two["occupied_slots"]["cpu"], two["running_kernels"], two["heartbeat_seq"]) == ("3", 1, 9)
+
+
 async def test_occupancy_status_and_new_agents_change_the_page_at_once(api: Api) -> None:
     _, tag, _ = await _page(api, api.admin)
     created = await api.create(api.alice, resources={"cpu": 2, "mem": "1g"})

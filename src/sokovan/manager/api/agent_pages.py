@@ -6,14 +6,16 @@ statement); an agent whose marks are the ones this worker rendered last keeps it
 and only the others are read whole and rendered again. The page is then the cached entries
 joined, byte for byte what `AgentList.model_dump_json()` would give.
 
-The `ETag` is weak: it names the page's agents with their `state` marks (everything shown but the
-heartbeat's own fields), the next cursor, the query, who asks (a user is shown less), and the
+The `ETag` is weak: it names the page's agents with their `state` and `occupancy` marks (everything
+shown but the heartbeat's own fields), the next cursor, the query, who asks (a user is shown less), and the
 current `BEAT_EPOCH_S` window of the clock. So a poller that sends `If-None-Match` gets `304` (and
 costs the marks statement only) while nothing but heartbeats changed in the fleet, and a fresh page
 whenever an agent's status, slots, occupancy or settings change, or a new window begins: the
 `last_heartbeat_at` it holds is then at most that much behind. In a fresh page, an agent whose
-heartbeat alone moved has only the heartbeat's fields read again and put into its entry. Workers
-agree on the tag, as it is made only of what PostgreSQL holds and the clock.
+own row did not change has only what did (its occupancy, from its live kernels, or its heartbeat's
+fields) read again and put into its entry: under load kernels come and go on every agent, and
+every agent beats once per window. Workers agree on the tag, as it is made only of what PostgreSQL
+holds and the clock.
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.gpu import DeviceInfo
+from sokovan.common.slots import ResourceSlots
 from sokovan.manager.api.admin_schemas import AgentOut
 from sokovan.manager.api.conditional import names_match
 from sokovan.manager.api.redact import shown_info
 from sokovan.manager.repositories import agents_read
 from sokovan.manager.repositories.agent_marks import AgentMark, page_marks
 from sokovan.manager.repositories.tenancy import Principal
+from sokovan.state.occupancy import agent_occupancy
 
 BEAT_EPOCH_S = 10.0  # a 304 holds back heartbeat fields at most this long (the default interval)
 MAX_ENTRIES = 50_000  # rendered agents kept per worker; past it the cache starts over
@@ -42,6 +46,7 @@ MAX_ENTRIES = 50_000  # rendered agents kept per worker; past it the cache start
 @dataclass
 class _Entry:
     state: int
+    occupancy: int
     beat: int
     agent: AgentOut
     admin_json: bytes
@@ -81,25 +86,24 @@ class AgentPages:
         return entry.user_json
 
     async def _refresh(self, conn: AsyncConnection, marks: list[AgentMark]) -> None:
-        """Bring the page's entries up to its marks: an agent whose shown state changed (or that
-        is new here) is read and rendered whole; one whose heartbeat alone moved (every agent, once
-        per beat) has only the heartbeat's fields read and put into its entry."""
+        """Bring the page's entries up to its marks. An agent whose own row changed (or that is
+        new here) is read and rendered whole; one whose live kernels or heartbeat alone moved (under
+        load, or once per beat: the common cases) has only its occupancy or the heartbeat's fields
+        read and put into its entry."""
         held = self._entries
         stale: list[AgentMark] = []
-        beaten: list[AgentMark] = []
+        patched: list[AgentMark] = []
         for m in marks:
             entry = held.get(m.id)
             if entry is None or entry.state != m.state:
                 stale.append(m)
-            elif entry.beat != m.beat:
-                beaten.append(m)
+            elif (entry.occupancy, entry.beat) != (m.occupancy, m.beat):
+                patched.append(m)
         if len(self._entries) + len(stale) > MAX_ENTRIES:
             self._entries.clear()
-            stale, beaten = marks, []
-        if beaten:
-            by_id = {m.id: m for m in beaten}
-            for agent_id, fields in (await agents_read.get_beats(conn, list(by_id))).items():
-                self._beat(held[agent_id], by_id[agent_id], fields)
+            stale, patched = marks, []
+        if patched:
+            await self._patch(conn, patched)
         if not stale:
             return
         by_id = {m.id: m for m in stale}
@@ -108,20 +112,34 @@ class AgentPages:
             mark = by_id[agent.id]
             self._entries[agent.id] = _Entry(
                 state=mark.state,
+                occupancy=mark.occupancy,
                 beat=mark.beat,
                 agent=agent,
                 admin_json=agent.model_dump_json().encode(),
                 per_user=_names_access_keys(agent.status_info),
             )
 
-    @staticmethod
-    def _beat(entry: _Entry, mark: AgentMark, fields: dict[str, Any]) -> None:
-        """A new heartbeat in a rendered entry: its four fields replaced, the rest kept as is."""
-        fields["devices"] = [DeviceInfo.model_validate(d) for d in fields["devices"]]
-        entry.agent = entry.agent.model_copy(update=fields)
-        entry.admin_json = entry.agent.model_dump_json().encode()
-        entry.user_json = None
-        entry.beat = mark.beat
+    async def _patch(self, conn: AsyncConnection, marks: list[AgentMark]) -> None:
+        """New occupancy or a new heartbeat in rendered entries: those fields read (a statement
+        for each kind, for the agents whose mark of it moved) and replaced, the rest kept as is."""
+        occupied = [m.id for m in marks if self._entries[m.id].occupancy != m.occupancy]
+        beaten = [m.id for m in marks if self._entries[m.id].beat != m.beat]
+        fields: dict[str, dict[str, Any]] = {m.id: {} for m in marks}
+        if occupied:
+            slots, counts = await agent_occupancy(conn, occupied)
+            for agent_id in occupied:
+                fields[agent_id]["occupied_slots"] = slots.get(agent_id, ResourceSlots()).to_json()
+                fields[agent_id]["running_kernels"] = counts.get(agent_id, 0)
+        if beaten:
+            for agent_id, beat in (await agents_read.get_beats(conn, beaten)).items():
+                beat["devices"] = [DeviceInfo.model_validate(d) for d in beat["devices"]]
+                fields[agent_id].update(beat)
+        for mark in marks:
+            entry = self._entries[mark.id]
+            entry.agent = entry.agent.model_copy(update=fields[mark.id])
+            entry.admin_json = entry.agent.model_dump_json().encode()
+            entry.user_json = None
+            entry.occupancy, entry.beat = mark.occupancy, mark.beat
 
     @staticmethod
     def tag(request: web.Request, principal: Principal, marks: list[AgentMark], cursor: str | None) -> str:
@@ -130,7 +148,7 @@ class AgentPages:
         window = int(time.time() // BEAT_EPOCH_S)
         digest.update(f"agents|{who}|{request.query_string}|{cursor}|{window}".encode())
         for mark in marks:
-            digest.update(f"|{mark.id}:{mark.state}".encode())
+            digest.update(f"|{mark.id}:{mark.state}:{mark.occupancy}".encode())
         return 'W/"' + digest.hexdigest() + '"'
 
     async def page(

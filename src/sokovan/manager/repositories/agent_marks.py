@@ -1,5 +1,6 @@
 """Marks of agents for the cached `GET /v2/agents` pages (`manager/api/agent_pages.py`): per agent,
-a mark of everything its page entry shows except its heartbeat (`state`) and one of the
+a mark of what its page entry shows of its own row but the heartbeat (`state`), one of its live
+kernels (`occupancy`: its occupied slots and kernel count derive from them) and one of the
 heartbeat's own fields (`beat`), from one statement that reads each agent's row
 and, through `ix_kernels_agent_status`, its live kernels only. A page whose marks are the ones a
 worker has already rendered costs that statement and nothing else; it never grows with how many
@@ -30,10 +31,11 @@ _MARKS = """
     SELECT a.id,
            hashtextextended(concat_ws('|', a.status, a.status_info::text, a.agent_class,
                             a.scaling_group, a.available_slots::text, a.boot_id, a.rejected_beats,
-                            a.disabled, a.schedulable, a.images::text, a.rpc_addr, a.backend, (
-                SELECT string_agg(k.id::text || k.occupied_slots::text, ',' ORDER BY k.id)
-                FROM kernels k WHERE k.agent_id = a.id AND k.status = ANY(:live))),
+                            a.disabled, a.schedulable, a.images::text, a.rpc_addr, a.backend),
                 CAST(EXTRACT(EPOCH FROM a.status_changed_at) * 1000000 AS bigint)) AS state,
+           hashtextextended(COALESCE((
+                SELECT string_agg(k.id::text || k.occupied_slots::text, ',' ORDER BY k.id)
+                FROM kernels k WHERE k.agent_id = a.id AND k.status = ANY(:live)), ''), 0) AS occupancy,
            hashtextextended(concat_ws('|', a.heartbeat_seq, a.health::text, a.devices::text),
                 COALESCE(CAST(EXTRACT(EPOCH FROM a.last_heartbeat_at) * 1000000 AS bigint), 0)) AS beat
     FROM (
@@ -46,8 +48,9 @@ _MARKS = """
 @dataclass(frozen=True, slots=True)
 class AgentMark:
     id: str
-    state: int  # what the entry shows but the heartbeat's fields, as one hash
-    beat: int  # last_heartbeat_at, heartbeat_seq and health, as one hash
+    state: int  # the agent's own row as the entry shows it, but the heartbeat's fields, as one hash
+    occupancy: int  # its live kernels (what its occupied slots and kernel count derive from)
+    beat: int  # last_heartbeat_at, heartbeat_seq, health and devices, as one hash
 
 
 async def page_marks(
