@@ -5,12 +5,14 @@ is published, so an event held through a long Redis outage still carries a fresh
 publishes whatever has accumulated as one pipeline of `XADD`s, so a hollow fleet of a thousand
 agents costs one Redis round trip per batch, not one per event. Heartbeats go to a stream of their
 own (`bus.streams.beats_key`), read in batches, all but each agent's first (its registration),
-which goes with the events. A kernel event that also went into the answer of the RPC call that
-caused it (`agent.answers`) goes to a third stream (`bus.streams.answered_key`), which the
-managers read late: it is the answer's fallback. A batch that fails (Redis
-unreachable) is retried whole until Redis takes it: delivery is at least once, and the order of
-emission is kept, so the manager sees an agent's registration before its kernel events and a
-kernel's KernelRunning before its KernelTerminated.
+which goes with the events. A prepared or running kernel's event that also went into the answer of
+the RPC call that caused it (`agent.answers.LATE_ON_BUS`) goes to a third stream
+(`bus.streams.answered_key`), which the managers read late: it is the answer's fallback. A batch
+that fails (Redis unreachable) is retried whole until Redis takes it: delivery is at least once,
+and the order of emission is kept on each stream, so the manager sees an agent's registration
+before its kernel events and, of the events that are not answered, a kernel's KernelRunning before
+its KernelTerminated (an answered KernelRunning the manager has from the answer; its late copy,
+after the end, is a no-op).
 
 While Redis is unreachable the outbox holds at most `max_pending` events (`--max-outbox`, default
 10,000), so an outage cannot grow the agent without bound. Past it the oldest heartbeat goes
@@ -126,7 +128,7 @@ class EventOutbox:
         self._announced: set[str] = set()  # agents whose registration beat went out
         self._secret = secret
         self._max_batch = max_batch
-        # (name, event JSON, whether it went into an RPC answer too)
+        # (name, event JSON, whether it goes late: an RPC answer carried it, `answers.note`)
         self._pending: collections.deque[tuple[str, str, bool]] = collections.deque()
         self._in_flight = 0
         self._heartbeats = 0  # how many of the pending are heartbeats
@@ -144,9 +146,9 @@ class EventOutbox:
     def emit(self, event: BaseModel) -> None:
         if self._dropper is not None and self._dropper.drops(event):
             return
-        answered = answers.note(event)
+        late = answers.note(event)
         name = str(getattr(event, "name", ""))
-        self._pending.append((name, event.model_dump_json(), answered))
+        self._pending.append((name, event.model_dump_json(), late))
         self._heartbeats += name == HEARTBEAT
         while len(self._pending) > self.max_pending:
             self._drop_oldest()
@@ -180,13 +182,14 @@ class EventOutbox:
         """Events not published yet (pending and in flight)."""
         return len(self._pending) + self._in_flight
 
-    def _stream_of(self, name: str, data: str, answered: bool) -> str:
+    def _stream_of(self, name: str, data: str, late: bool) -> str:
         """Where an event goes: a heartbeat to the heartbeats' stream, except an agent's first
         from this outbox (its registration), which goes with the events so that the manager has it
-        before any of the agent's kernel events; an event an RPC answer carried too to the
-        answered events' stream; every other event to the events' stream."""
+        before any of the agent's kernel events; an event whose copy may go late (an RPC answer
+        carried it, `answers.note`) to the answered events' stream; every other event to the
+        events' stream."""
         if name != HEARTBEAT:
-            return self._answered_key if answered else self._key
+            return self._answered_key if late else self._key
         agent_id = str(json.loads(data).get("agent_id", ""))
         if agent_id in self._announced:
             return self._beats_key
@@ -213,7 +216,7 @@ class EventOutbox:
             taken = [self._pending.popleft() for _ in range(count)]  # drops never touch a batch in flight
             self._heartbeats -= sum(name == HEARTBEAT for name, _, _ in taken)
             self._in_flight = count
-            streams = [self._stream_of(name, data, answered) for name, data, answered in taken]
+            streams = [self._stream_of(name, data, late) for name, data, late in taken]
             delay = 0.1
             while True:
                 try:

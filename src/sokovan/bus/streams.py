@@ -27,13 +27,14 @@ wait `beat_window` there and are applied together, then acknowledged (a crash be
 them pending, to be claimed like any other). A read whose events were all heartbeats reports to
 `on_read` when they are applied, not before.
 
-A kernel event that an agent also put in its answer to the RPC call that caused it (`agent.answers`)
-travels on a third stream (`answered_key`), read by a consumer that applies each entry no sooner
-than `delay` after Redis took it. The manager that made the call applies the answer first, in the
-same write as the call's transitions; the stream's copy, applied later, is then a no-op, and only
-an answer that was lost (a manager that died holding it) is applied from it. Read at once, the copy
-raced the answer and often won, so the same move was written and followed twice. Its backlog is
-not counted with the other two: it tells nothing of an agent's liveness.
+A prepared or running kernel's event that an agent also put in its answer to the RPC call that
+caused it (`agent.answers.LATE_ON_BUS`) travels on a third stream (`answered_key`), read by a
+consumer that applies each entry no sooner than `delay` after Redis took it. The manager that made
+the call applies the answer first, in the same write as the call's transitions; the stream's copy,
+applied later, is then a no-op, and only an answer that was lost (a manager that died holding it) is
+applied from it. Read at once, the copy raced the answer and often won, so the same move was written
+and followed twice. Its backlog is not counted with the other two: it tells nothing of an agent's
+liveness.
 """
 
 from __future__ import annotations
