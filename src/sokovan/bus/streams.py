@@ -70,7 +70,8 @@ def beats_key(prefix: str) -> str:
 
 
 def answered_key(prefix: str) -> str:
-    """The stream of kernel events that an RPC answer carried too (see the module's doc)."""
+    """The stream of the prepared and running events that an RPC answer carried too (see the
+    module's doc)."""
     return f"{prefix}:answered"
 
 
