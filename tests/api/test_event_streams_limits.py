@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 import redis.asyncio as aioredis
@@ -88,24 +88,48 @@ async def _publish(publisher: UserEventPublisher, n: int) -> None:
     await publisher.publish_many([UserEvent(name="session.status", detail={"i": i}) for i in range(n)])
 
 
+async def _until(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(10):
+        while not condition():  # noqa: ASYNC110 (the hub's reader fills the queue)
+            await asyncio.sleep(0.02)
+
+
 async def test_a_slow_listener_is_ended_not_buffered(
     ctx: ManagerContext, publisher: UserEventPublisher
 ) -> None:
     hub = UserEventHub(ctx.redis, ctx.settings.etcd_prefix, queue_size=5)
     slow = await hub.open()
     try:
-        await _publish(publisher, 20)  # never read
-        for _ in range(100):
-            if slow.ended is not None:
-                break
-            await asyncio.sleep(0.05)
+        await _publish(publisher, 20)  # one message: queued whole, though past the bound
+        await _until(lambda: slow.queue.qsize() == 20)
+        assert slow.ended is None
+        await _publish(publisher, 1)  # never read: still 20 behind when the next message comes
+        await _until(lambda: slow.ended is not None)
         assert slow.ended == "slow"
-        assert slow.queue.qsize() <= 5
         items = [slow.queue.get_nowait() for _ in range(slow.queue.qsize())]
+        assert len(items) == 21  # at most the bound and one message, then the end marker
         assert items[-1] is None and all(isinstance(i, UserEvent) for i in items[:-1])
         assert hub.listeners == 0
     finally:
         await hub.close_listener(slow)
+        await hub.close()
+
+
+async def test_a_listener_that_keeps_up_takes_messages_larger_than_its_bound(
+    ctx: ManagerContext, publisher: UserEventPublisher
+) -> None:
+    """A lane write that moves a thousand sessions publishes their events in one message; a stream
+    whose client keeps up gets all of them, however many."""
+    hub = UserEventHub(ctx.redis, ctx.settings.etcd_prefix, queue_size=5)
+    listener = await hub.open()
+    try:
+        for _ in range(3):
+            await _publish(publisher, 20)
+            got = [await asyncio.wait_for(listener.queue.get(), 10) for _ in range(20)]
+            assert all(isinstance(event, UserEvent) for event in got)
+        assert listener.ended is None and hub.listeners == 1
+    finally:
+        await hub.close_listener(listener)
         await hub.close()
 
 

@@ -1,12 +1,16 @@
 """One Redis subscription per manager to the user events, fanned out to every open event stream.
 
-`UserEventHub.open(accept)` adds a listener with a bounded queue of its own and a filter
-(`accept`: what its stream may and wants to send); the hub's reader (one pub/sub connection,
-started with the first listener and ended with the last) parses each event once and puts it on the
-queue of every listener that accepts it, so a listener queues only what it will send and a burst
-of other users' events fills no one's queue. A listener whose queue is full (its client reads
-slower than its events come) is ended alone rather than let memory grow: its queue gets the end
-marker (`None`) and it leaves the hub; the others go on. When the subscription is lost (Redis went
+`UserEventHub.open(accept)` adds a listener with a queue of its own and a filter (`accept`: what its
+stream may and wants to send); the hub's reader (one pub/sub connection, started with the first
+listener and ended with the last) parses each message once and puts its events on the queue of
+every listener that accepts them, so a listener queues only what it will send and a burst of other
+users' events fills no one's queue. A message's events are queued whole: one lane write that moves
+a thousand sessions publishes thousands of events in one message, and a listener that kept up until
+then must not be ended for it (with a bound per event, every admin's stream was ended in each burst,
+however fast its client read). A listener still `queue_size` events or more behind when the next
+message comes (its client reads slower than its events come) is ended alone rather than let memory
+grow (it holds at most that bound and one message): its queue gets the end marker (`None`) and it
+leaves the hub; the others go on. When the subscription is lost (Redis went
 away), every listener is ended the same way, since the events published meanwhile are lost to it
 (its client reconnects and reads the current state from the REST API); the reader reconnects with
 backoff while listeners remain, and `open()` waits for the subscription to be confirmed, so a
@@ -30,7 +34,7 @@ from sokovan.common.supervise import Backoff, describe
 
 log = structlog.get_logger(__name__)
 
-QUEUE_SIZE = 1000  # events a listener may lag behind before it is ended
+QUEUE_SIZE = 1000  # events a listener may still lag behind, when a message comes, without being ended
 SUBSCRIBE_TIMEOUT = 5.0
 READ_TIMEOUT = 1.0  # how long the reader waits for a message before looking around again
 
@@ -51,7 +55,9 @@ class Listener:
     been ended."""
 
     def __init__(self, size: int, accept: Accept = _everything) -> None:
-        self.queue: asyncio.Queue[UserEvent | None] = asyncio.Queue(size)
+        # Unbounded as a queue: the hub bounds how far behind it may fall (`offer_many`).
+        self.queue: asyncio.Queue[UserEvent | None] = asyncio.Queue()
+        self.limit = size
         self.accept = accept
         self.ended: str | None = None  # why the hub ended it: "slow", "lost" or "closed"
         self.live = False  # handed out by `open()`: it has seen the subscription confirmed
@@ -60,25 +66,34 @@ class Listener:
         if self.ended is not None:
             return
         self.ended = why
-        if self.queue.full():
-            self.queue.get_nowait()  # make room for the end marker
         self.queue.put_nowait(None)
 
     def offer(self, event: UserEvent) -> bool:
-        """Queue `event` if this listener accepts it; False (and the listener ended) when its
-        queue is full."""
+        return self.offer_many([event])
+
+    def offer_many(self, events: list[UserEvent]) -> bool:
+        """Queue the events of one message that this listener accepts, all of them; False (and the
+        listener ended) when it is still `limit` events or more behind from earlier messages."""
         try:
-            if not self.accept(event):
-                return True
-        except Exception as exc:  # a filter that cannot read the event does not send it
+            wanted = [event for event in events if self.accept(event)]
+        except Exception as exc:  # a filter that cannot read an event does not send it
             log.warning("user_event_hub.filter_failed", error=repr(exc))
+            wanted = [event for event in events if _accepts(self.accept, event)]
+        if not wanted:
             return True
-        try:
-            self.queue.put_nowait(event)
-        except asyncio.QueueFull:
+        if self.queue.qsize() >= self.limit:
             self.end("slow")
             return False
+        for event in wanted:
+            self.queue.put_nowait(event)
         return True
+
+
+def _accepts(accept: Accept, event: UserEvent) -> bool:
+    try:
+        return accept(event)
+    except Exception:
+        return False
 
 
 class UserEventHub:
@@ -160,11 +175,13 @@ class UserEventHub:
             await _release(pubsub, self._channel)
 
     def _fan_out(self, data: Any) -> None:
-        for event in _parse(data):
-            for listener in list(self._listeners):
-                if not listener.offer(event):
-                    self._listeners.discard(listener)
-                    log.info("user_event_hub.slow_listener_ended", queue=self._queue_size)
+        events = _parse(data)
+        if not events:
+            return
+        for listener in list(self._listeners):
+            if not listener.offer_many(events):
+                self._listeners.discard(listener)
+                log.info("user_event_hub.slow_listener_ended", queue=self._queue_size)
 
 
 async def _confirmed(pubsub: PubSub) -> None:
