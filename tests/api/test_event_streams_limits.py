@@ -165,7 +165,7 @@ async def test_a_burst_for_others_ends_only_the_slow_listener(
     never reads is ended alone. Then alice's stream (over the API, on the app's own hub) still
     gets her next event."""
     alice, bob = await user_id(api, "alice"), await user_id(api, "bob")
-    hub = UserEventHub(ctx.redis, ctx.settings.etcd_prefix)
+    hub = UserEventHub(ctx.redis, ctx.settings.etcd_prefix, queue_size=1000)  # 2,000 is past it
     mine = await hub.open(lambda e: e.owner == alice)
     slow = await hub.open()
     try:
