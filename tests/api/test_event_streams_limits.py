@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 
+from sokovan.bus import user_event_hub
 from sokovan.bus.user_event_hub import UserEventHub
 from sokovan.bus.user_events import UserEvent, UserEventPublisher
 from sokovan.manager.api import create_app
@@ -189,6 +190,27 @@ async def test_a_burst_for_others_ends_only_the_slow_listener(
             assert (name, data["session_id"]) == ("session.status", own.session_id)
     finally:
         await hub.close()
+
+
+async def test_a_stream_that_keeps_up_gets_a_whole_burst(
+    api: Api, ctx: ManagerContext, publisher: UserEventPublisher
+) -> None:
+    """More events at once than a listener may lag behind (one lane write per 200 of them, arriving
+    back to back): a stream whose client reads them all as they come is not ended. Before, the hub
+    fanned out every message already read before the stream could write any, and ended it."""
+    burst = [UserEvent(name="session.status", session_id=str(uuid.uuid4())) for _ in range(12_000)]
+    assert len(burst) > user_event_hub.QUEUE_SIZE
+    seen, ended = 0, ""
+    async with stream(api, api.admin) as resp:
+        await publisher.publish_many(burst)
+        async with asyncio.timeout(60):
+            while seen < len(burst) and not ended:
+                line = await resp.content.readline()
+                if line.startswith(b"event:"):
+                    seen += 1
+                elif line.startswith(b": stream ended") or not line:
+                    ended = line.decode() or "EOF"
+    assert (seen, ended) == (len(burst), "")
 
 
 async def test_closed_streams_free_their_places_at_once(api: Api) -> None:
