@@ -72,17 +72,10 @@ class Listener:
         self.ended = why
         self.queue.put_nowait(None)
 
-    def offer(self, event: UserEvent) -> bool:
-        return self.offer_many([event])
-
     def offer_many(self, events: list[UserEvent]) -> bool:
         """Queue the events of one message that this listener accepts, all of them; False (and the
         listener ended) when it is still `limit` events or more behind from earlier messages."""
-        try:
-            wanted = [event for event in events if self.accept(event)]
-        except Exception as exc:  # a filter that cannot read an event does not send it
-            log.warning("user_event_hub.filter_failed", error=repr(exc))
-            wanted = [event for event in events if _accepts(self.accept, event)]
+        wanted = [event for event in events if self._accepts(event)]
         if not wanted:
             return True
         if self.queue.qsize() >= self.limit:
@@ -92,12 +85,12 @@ class Listener:
             self.queue.put_nowait(event)
         return True
 
-
-def _accepts(accept: Accept, event: UserEvent) -> bool:
-    try:
-        return accept(event)
-    except Exception:
-        return False
+    def _accepts(self, event: UserEvent) -> bool:
+        try:
+            return self.accept(event)
+        except Exception as exc:  # a filter that cannot read an event does not send it
+            log.warning("user_event_hub.filter_failed", error=repr(exc))
+            return False
 
 
 class UserEventHub:

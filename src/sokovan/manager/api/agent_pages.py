@@ -30,14 +30,12 @@ from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.common.gpu import DeviceInfo
-from sokovan.common.slots import ResourceSlots
 from sokovan.manager.api.admin_schemas import AgentOut
 from sokovan.manager.api.conditional import names_match
 from sokovan.manager.api.redact import shown_info
 from sokovan.manager.repositories import agents_read
 from sokovan.manager.repositories.agent_marks import AgentMark, page_marks
 from sokovan.manager.repositories.tenancy import Principal
-from sokovan.state.occupancy import agent_occupancy
 
 BEAT_EPOCH_S = 10.0  # a 304 holds back heartbeat fields at most this long (the default interval)
 MAX_ENTRIES = 50_000  # rendered agents kept per worker; past it the cache starts over
@@ -125,15 +123,11 @@ class AgentPages:
         occupied = [m.id for m in marks if self._entries[m.id].occupancy != m.occupancy]
         beaten = [m.id for m in marks if self._entries[m.id].beat != m.beat]
         fields: dict[str, dict[str, Any]] = {m.id: {} for m in marks}
-        if occupied:
-            slots, counts = await agent_occupancy(conn, occupied)
-            for agent_id in occupied:
-                fields[agent_id]["occupied_slots"] = slots.get(agent_id, ResourceSlots()).to_json()
-                fields[agent_id]["running_kernels"] = counts.get(agent_id, 0)
-        if beaten:
-            for agent_id, beat in (await agents_read.get_beats(conn, beaten)).items():
-                beat["devices"] = [DeviceInfo.model_validate(d) for d in beat["devices"]]
-                fields[agent_id].update(beat)
+        for agent_id, held in (await agents_read.occupancies(conn, occupied)).items():
+            fields[agent_id].update(held)
+        for agent_id, beat in (await agents_read.get_beats(conn, beaten)).items():
+            beat["devices"] = [DeviceInfo.model_validate(d) for d in beat["devices"]]
+            fields[agent_id].update(beat)
         for mark in marks:
             entry = self._entries[mark.id]
             entry.agent = entry.agent.model_copy(update=fields[mark.id])

@@ -50,13 +50,36 @@ class AgentFilter:
 async def _views(conn: AsyncConnection, rows: Sequence[Any]) -> list[dict[str, Any]]:
     if not rows:
         return []
-    occupied, counts = await agent_occupancy(conn, [r.id for r in rows])
-    return [_view(r, occupied, counts) for r in rows]
+    held = await occupancies(conn, [r.id for r in rows])
+    return [_view(r, held[r.id]) for r in rows]
 
 
-def _view(r: Any, occupied: dict[str, ResourceSlots], counts: dict[str, int]) -> dict[str, Any]:
-    """One agent's JSON. Its stored image list is taken apart (`image_refs.split_stored`): the
-    images it holds, and the registries it may pull from (default first), without the marks."""
+async def occupancies(conn: AsyncConnection, agent_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """What these agents' views show of their live kernels (`occupied_slots`, `running_kernels`),
+    by id, every id included (one statement; none for no ids)."""
+    if not agent_ids:
+        return {}
+    occupied, counts = await agent_occupancy(conn, agent_ids)
+    return {
+        a: {"occupied_slots": occupied.get(a, ResourceSlots()).to_json(), "running_kernels": counts.get(a, 0)}
+        for a in agent_ids
+    }
+
+
+def _beat(r: Any) -> dict[str, Any]:
+    """What an agent's view shows of its last heartbeat (the fields that change with every beat)."""
+    return {
+        "last_heartbeat_at": r.last_heartbeat_at,
+        "heartbeat_seq": r.heartbeat_seq,
+        "health": dict(r.health or {}),
+        "devices": list(r.devices or []),
+    }
+
+
+def _view(r: Any, held: dict[str, Any]) -> dict[str, Any]:
+    """One agent's JSON (`held`: its `occupancies` entry). Its stored image list is taken apart
+    (`image_refs.split_stored`): the images it holds, and the registries it may pull from (default
+    first), without the marks."""
     images, registries = split_stored(r.images or [])
     return {
         "id": r.id,
@@ -66,20 +89,16 @@ def _view(r: Any, occupied: dict[str, ResourceSlots], counts: dict[str, int]) ->
         "agent_class": r.agent_class,
         "scaling_group": r.scaling_group,
         "available_slots": ResourceSlots.from_json(r.available_slots).to_json(),
-        "occupied_slots": occupied.get(r.id, ResourceSlots()).to_json(),
-        "last_heartbeat_at": r.last_heartbeat_at,
-        "heartbeat_seq": r.heartbeat_seq,
+        **held,
+        **_beat(r),
         "boot_id": r.boot_id,
-        "health": dict(r.health or {}),
         "rejected_beats": r.rejected_beats,
         "disabled": r.disabled,
-        "running_kernels": counts.get(r.id, 0),
         "schedulable": r.status == AgentStatus.READY and r.schedulable,
         "images": images,
         "registries": registries,
         "backend": r.backend,
         "rpc_addr": r.rpc_addr,
-        "devices": list(r.devices or []),
     }
 
 
@@ -101,21 +120,11 @@ _BEATS = text("SELECT id, last_heartbeat_at, heartbeat_seq, health, devices FROM
 
 
 async def get_beats(conn: AsyncConnection, agent_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The heartbeat's own fields of these agents' views (`last_heartbeat_at`, `heartbeat_seq`,
-    `health`, `devices`), by id: what changes with every beat, read without the rest of the row
-    or the agents' kernels."""
+    """The heartbeat's own fields of these agents' views (`_beat`), by id: what changes with every
+    beat, read without the rest of the row or the agents' kernels."""
     if not agent_ids:
         return {}
-    rows = (await conn.execute(_BEATS, {"ids": list(agent_ids)})).all()
-    return {
-        r.id: {
-            "last_heartbeat_at": r.last_heartbeat_at,
-            "heartbeat_seq": r.heartbeat_seq,
-            "health": dict(r.health or {}),
-            "devices": list(r.devices or []),
-        }
-        for r in rows
-    }
+    return {r.id: _beat(r) for r in (await conn.execute(_BEATS, {"ids": list(agent_ids)})).all()}
 
 
 async def agent_exists(conn: AsyncConnection, agent_id: str) -> bool:
