@@ -31,9 +31,19 @@ class Empty(BaseModel):
     """The body of a `ping`."""
 
 
-def _entry_order(entry_id: bytes) -> tuple[int, int]:
+_LIFECYCLE = {
+    "kernel.pulling": 0,
+    "kernel.prepared": 1,
+    "kernel.image_pull_failed": 1,
+    "kernel.running": 2,
+    "kernel.creation_failed": 2,
+    "kernel.terminated": 3,
+}
+
+
+def _entry_order(entry_id: bytes, name: str) -> tuple[int, int, int]:
     ms, _, seq = entry_id.decode().partition("-")
-    return int(ms), int(seq or 0)
+    return int(ms), _LIFECYCLE.get(name, -1), int(seq or 0)
 
 
 class AgentEvents:
@@ -54,8 +64,10 @@ class AgentEvents:
             for entry_id, fields in entries:
                 self._last[stream.decode()] = entry_id.decode()
                 read.append((entry_id, fields))
-        for _, fields in sorted(read, key=lambda entry: _entry_order(entry[0])):
-            event = decode_event(fields, self._secret)
+        # Across streams, entries of the same millisecond carry no order of their own: a kernel's
+        # events, which an agent emits in its lifecycle's order, are put in that order.
+        decoded = [(entry_id, decode_event(fields, self._secret)) for entry_id, fields in read]
+        for _, event in sorted(decoded, key=lambda entry: _entry_order(entry[0], entry[1].name)):
             if self._agent_id is None or event.agent_id == self._agent_id:
                 self.seen.append(event)
 
