@@ -128,6 +128,48 @@ async def test_cycle_lock_lets_one_manager_cycle_at_a_time(engine: AsyncEngine) 
         await other.release_all()
 
 
+def _worker_lock(engine: AsyncEngine, index: int, manager: str) -> CycleLock:
+    """Worker `index` of two of manager `manager`: lane "a" is worker 0's, lane "b" worker 1's."""
+    owners = {"a": 0, "b": 1}
+    return CycleLock(
+        engine,
+        retry_after=0,
+        adopt_after=0,
+        adopt_every=0,
+        mine=lambda name: owners[name] == index,
+        presence=f"worker:{manager}:{index}",
+        owner=lambda name: f"worker:{manager}:{owners[name]}",
+    )
+
+
+async def test_a_late_worker_gets_its_lane_back_from_the_one_that_adopted_it(engine: AsyncEngine) -> None:
+    """Worker 0 of a manager comes up alone and adopts worker 1's lane; once worker 1 is up (its
+    presence lock held), worker 0 hands the lane back and worker 1 takes it. While worker 1 is up,
+    worker 0 does not adopt it again; once worker 1 is gone, it does."""
+    manager = uuid.uuid4().hex
+    first = _worker_lock(engine, 0, manager)
+    late = _worker_lock(engine, 1, manager)
+    try:
+        assert await first.acquire("a") and await first.acquire("b")  # worker 1 is not up: adopted
+        assert not await late.acquire("b")  # worker 1 starts, refused while worker 0 holds it
+        assert not await first.acquire("b")  # worker 1 is present: handed back
+        assert not first.holds("b")
+        assert await late.acquire("b") and late.holds("b")
+        assert not await first.acquire("b")  # worker 1 present: no adoption
+        assert await first.acquire("a")  # its own lane stays its own
+        await late.release_all()  # worker 1 gone (its presence lock with it)
+        assert await first.acquire("b")
+        other = _worker_lock(engine, 1, uuid.uuid4().hex)  # worker 1 of another manager, up
+        try:
+            assert not await other.acquire("b")
+            assert await first.acquire("b")  # not this manager's worker: kept
+        finally:
+            await other.release_all()
+    finally:
+        await first.release_all()
+        await late.release_all()
+
+
 async def test_a_lost_lock_connection_gives_the_lanes_up(engine: AsyncEngine) -> None:
     one, other = CycleLock(engine, retry_after=0), CycleLock(engine, retry_after=0)
     try:

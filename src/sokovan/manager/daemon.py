@@ -172,6 +172,7 @@ async def _serve_until_stopped(
         publish=hints.hint,
         worker=worker_of(os.environ.get(WORKER_ENV)),
         watch=watch,
+        manager_id=ctx.manager_id,
     )
     # One consumer per stream, both in the managers' group, under this process's name, applying
     # through the same dispatcher: the agents' events as they come, their heartbeats in batches.

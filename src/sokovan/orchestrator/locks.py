@@ -14,6 +14,14 @@ and for the others once `adopt_after` seconds have passed since it started, and 
 only when a whole manager is gone, and each of that manager's lanes is still some live worker's
 own, asked for every `retry_after`.
 
+With `presence` (this worker's name among its manager's workers) and `owner` (the name of the
+worker whose lane a lane is), each worker also holds an advisory lock on its name while its lock
+connection lives. A worker asks for another's lane only while that worker is absent, and hands an
+adopted lane back (unlocks it) as soon as its worker is present: a worker that took more than
+`adopt_after` seconds to start (a slow machine importing the code) gets its lanes back within
+`adopt_every` plus its own `retry_after`, instead of leaving one worker running every lane for
+the manager's whole life.
+
 The lock connection is checked before each cycle (a connection PostgreSQL closed is noticed by
 asyncpg at once) and, every `verify_every` seconds, with a query: a lost connection drops every
 lock this manager believed it held, and the lanes are asked for again once PostgreSQL answers.
@@ -61,6 +69,8 @@ class CycleLock:
         mine: Callable[[str], bool] | None = None,
         adopt_after: float = ADOPT_AFTER,
         adopt_every: float = ADOPT_EVERY,
+        presence: str | None = None,
+        owner: Callable[[str], str | None] | None = None,
     ) -> None:
         self._engine = engine
         self._retry_after = retry_after
@@ -68,6 +78,10 @@ class CycleLock:
         self._mine = mine
         self._adopt_from = time.monotonic() + adopt_after
         self._adopt_every = adopt_every
+        self._presence = presence
+        self._owner = owner
+        self._present = False  # this worker's presence lock is held on the lock connection
+        self._owner_checked: dict[str, float] = {}  # adopted lane → when its worker was last looked for
         self._conn: AsyncConnection | None = None
         self._io = asyncio.Lock()  # one statement at a time on the lock connection
         self._held: set[str] = set()
@@ -96,27 +110,64 @@ class CycleLock:
     async def _acquire(self, name: str) -> bool:
         conn = await self._connection()
         now = time.monotonic()
+        theirs = self._mine is not None and not self._mine(name)  # another worker's lane
         if name in self._held:
             if now - self._verified > self._verify_every:
-                await conn.execute(text("SELECT 1"))
+                await self._verify(conn)
                 self._verified = now
+            if theirs and now - self._owner_checked.get(name, now) >= self._adopt_every:
+                self._owner_checked[name] = now
+                if await self._owner_present(conn, name):
+                    await self._hand_back(conn, name, now)
+                    return False
             return True
-        theirs = self._mine is not None and not self._mine(name)  # another worker's lane
         wait = self._adopt_every if theirs else self._retry_after
         if now - self._refused.get(name, -wait) < wait:
             return False
         if theirs and now < self._adopt_from:
             return False  # its worker takes it first
-        acquired = bool(
-            (await conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": lock_key(name)})).scalar()
-        )
+        if theirs and await self._owner_present(conn, name):
+            self._refused[name] = now  # its worker is up and takes it itself
+            return False
+        acquired = bool((await conn.execute(_TRY_LOCK, {"k": lock_key(name)})).scalar())
         if acquired:
             self._held.add(name)
             self._refused.pop(name, None)
-            log.info("lane.acquired", lane=name)
+            if theirs:
+                self._owner_checked[name] = now
+            log.info("lane.acquired", lane=name, adopted=theirs)
         else:
             self._refused[name] = now
         return acquired
+
+    async def _verify(self, conn: AsyncConnection) -> None:
+        """The lock connection still answers; this worker's presence lock is taken if it is not."""
+        if self._presence is not None and not self._present:
+            await self._take_presence(conn)
+        else:
+            await conn.execute(text("SELECT 1"))
+
+    async def _take_presence(self, conn: AsyncConnection) -> None:
+        assert self._presence is not None
+        key = lock_key(self._presence)
+        self._present = bool((await conn.execute(_TRY_LOCK, {"k": key})).scalar())
+
+    async def _owner_present(self, conn: AsyncConnection, name: str) -> bool:
+        """Whether the worker whose lane `name` is holds its presence lock (is up)."""
+        owner = self._owner(name) if self._owner is not None else None
+        if owner is None:
+            return False
+        key = lock_key(owner) & 0xFFFFFFFFFFFFFFFF  # pg_locks shows the key as two unsigned halves
+        found = await conn.execute(_HELD, {"hi": key >> 32, "lo": key & 0xFFFFFFFF})
+        return bool(found.scalar())
+
+    async def _hand_back(self, conn: AsyncConnection, name: str, now: float) -> None:
+        """Give an adopted lane back to its worker, which asks for it within its `retry_after`."""
+        await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock_key(name)})
+        self._held.discard(name)
+        self._owner_checked.pop(name, None)
+        self._refused[name] = now
+        log.info("lane.handed_back", lane=name)
 
     async def _connection(self) -> AsyncConnection:
         conn = self._conn
@@ -132,6 +183,8 @@ class CycleLock:
             self._orphan = None
         row = (await self._conn.execute(_OWN_BACKEND)).one()
         self._backend = (row.pid, row.backend_start)
+        if self._presence is not None:
+            await self._take_presence(self._conn)
         return self._conn
 
     async def _end_orphan(self, conn: AsyncConnection, pid: int, started: object) -> None:
@@ -144,6 +197,7 @@ class CycleLock:
         if self._held:
             log.warning("lane.locks_lost", lanes=sorted(self._held), why=why)
         self._held.clear()
+        self._present = False
         self._orphan, self._backend = self._backend, None
         conn, self._conn = self._conn, None
         if conn is not None:
@@ -156,6 +210,7 @@ class CycleLock:
         """Give every lane up (a manager stopping): the others take them over at once."""
         async with self._io:
             self._held.clear()
+            self._present = False
             conn, self._conn = self._conn, None
             if conn is not None:
                 with contextlib.suppress(Exception):
@@ -166,6 +221,13 @@ class CycleLock:
 
 _OWN_BACKEND = text(
     "SELECT pg_backend_pid() AS pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+)
+_TRY_LOCK = text("SELECT pg_try_advisory_lock(:k)")
+# An advisory lock on a bigint key is listed with its high half as classid, its low half as objid.
+_HELD = text(
+    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted "
+    "AND classid = CAST(CAST(:hi AS bigint) AS oid) AND objid = CAST(CAST(:lo AS bigint) AS oid) "
+    "AND objsubid = 1)"
 )
 _END_BACKEND = text(
     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = :pid AND backend_start = :started"

@@ -225,11 +225,19 @@ class SokovanOrchestrator:
         publish: Callable[[str], Awaitable[None]] | None = None,
         worker: tuple[int, int] = (0, 1),
         watch: Watch | None = None,
+        manager_id: str = "",
     ) -> None:
         self.config = config
         # One set of lane locks for the whole manager: the lanes it holds, it keeps (`locks`).
         self._worker = worker
-        self.lock = CycleLock(engine, mine=self._mine if worker[1] > 1 else None)
+        self._manager_id = manager_id
+        shared = worker[1] > 1
+        self.lock = CycleLock(
+            engine,
+            mine=self._mine if shared else None,
+            presence=self._worker_name(worker[0]) if shared else None,
+            owner=self._owner if shared else None,
+        )
         self._publish = publish
         self._publishing: set[asyncio.Task[None]] = set()
         self.schedule = ScheduleCoordinator(
@@ -322,15 +330,27 @@ class SokovanOrchestrator:
             loop.on_moved = on_moved
         return loop
 
-    def _mine(self, name: str) -> bool:
-        """Whether lane `name` is this worker's by the share-out: every N-th lane in `SHARE_OUT`
-        order, then the others by name."""
+    def _owner_index(self, name: str) -> int | None:
+        """The worker whose lane `name` is by the share-out: every N-th lane in `SHARE_OUT` order,
+        then the others by name (None: not a lane of this manager)."""
         names = sorted(
             (loop.name for loops in self.loops.values() for loop in loops),
             key=lambda n: (SHARE_OUT.index(n) if n in SHARE_OUT else len(SHARE_OUT), n),
         )
-        index, count = self._worker
-        return name in names and names.index(name) % count == index
+        return names.index(name) % self._worker[1] if name in names else None
+
+    def _mine(self, name: str) -> bool:
+        """Whether lane `name` is this worker's by the share-out."""
+        return self._owner_index(name) == self._worker[0]
+
+    def _worker_name(self, index: int) -> str:
+        """The presence lock's name of this manager's worker `index` (`locks`)."""
+        return f"worker:{self._manager_id}:{index}"
+
+    def _owner(self, name: str) -> str | None:
+        """The presence lock's name of the worker whose lane `name` is."""
+        index = self._owner_index(name)
+        return None if index is None else self._worker_name(index)
 
     def _named(self, name: str) -> list[CoordinatorLoop]:
         """The loops a hint name stands for: a coordinator's (e.g. `schedule`) or one lane's
