@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from typing import Any
 
@@ -12,7 +13,9 @@ import redis.asyncio as aioredis
 
 from sokovan.agent import answers
 from sokovan.agent.outbox import EventOutbox
+from sokovan.bus.answered_marks import unmarked
 from sokovan.bus.streams import EventConsumer, answered_key, consumer_backlog, entry_time, stream_key
+from sokovan.bus.user_events import UserEvent, UserEventPublisher
 from sokovan.common.events import AgentEvent, KernelPrepared, KernelPulling, KernelRunning, encode_event
 from sokovan.common.settings import Settings
 from tests.test_event_bus import own_prefix
@@ -114,3 +117,51 @@ async def test_a_stopping_consumer_applies_what_it_read_without_waiting_out_the_
     await asyncio.wait_for(task, 5)
     assert applied == ["k1"]
     assert (await redis.xpending(answered_key(prefix), "managers"))["pending"] == 0
+
+
+async def test_a_copy_whose_kernel_has_moved_on_is_acknowledged_unapplied(
+    redis: aioredis.Redis, settings: Settings
+) -> None:
+    """A kernel.status event to PREPARED or RUNNING, published to users, marks its kernel; the
+    answered consumer then drops that step's copy (and only that step's), applying the rest."""
+    prefix, secret = own_prefix(settings), settings.cluster_secret or ""
+    await UserEventPublisher(redis, prefix).publish_many(
+        [
+            UserEvent(name="kernel.status", kernel_id="k1", from_status="PREPARING", to_status="PREPARED"),
+            UserEvent(name="kernel.status", kernel_id="k2", from_status="CREATING", to_status="RUNNING"),
+            UserEvent(name="session.status", session_id="s", from_status="CREATING", to_status="RUNNING"),
+        ]
+    )
+    applied: list[str] = []
+
+    async def handler(events: list[AgentEvent]) -> None:
+        applied.extend(f"{e.name}:{getattr(e, 'kernel_id', '')}" for e in events)
+
+    consumer = EventConsumer(
+        redis, prefix, secret, "c1", handler, block_ms=100, key=answered_key(prefix),
+        keep=functools.partial(unmarked, redis, prefix),
+    )  # fmt: skip
+    await consumer.ensure_group()
+    copies: list[AgentEvent] = [
+        KernelPrepared(agent_id="a", kernel_id="k1", session_id="s"),  # moved on: dropped
+        KernelRunning(agent_id="a", kernel_id="k1", session_id="s"),  # not running yet: applied
+        KernelRunning(agent_id="a", kernel_id="k2", session_id="s"),  # moved on: dropped
+        KernelPrepared(agent_id="a", kernel_id="k3", session_id="s"),  # no mark: applied
+    ]
+    for event in copies:
+        fields: Any = encode_event(event, secret)
+        await redis.xadd(answered_key(prefix), fields)
+    stop = asyncio.Event()
+    task = asyncio.create_task(consumer.run(stop))
+    try:
+        async with asyncio.timeout(10):
+            while len(applied) < 2:  # noqa: ASYNC110 (the consumer's own task fills it)
+                await asyncio.sleep(0.02)
+            while (await redis.xpending(answered_key(prefix), "managers"))["pending"]:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+    assert applied == ["kernel.running:k1", "kernel.prepared:k3"]
+    info: Any = await redis.xinfo_groups(answered_key(prefix))
+    assert info[0]["entries-read"] == 4 and info[0]["pending"] == 0  # every copy acknowledged

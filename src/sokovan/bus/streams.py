@@ -33,8 +33,9 @@ consumer that applies each entry no sooner than `delay` after Redis took it. The
 the call applies the answer first, in the same write as the call's transitions; the stream's copy,
 applied later, is then a no-op, and only an answer that was lost (a manager that died holding it) is
 applied from it. Read at once, the copy raced the answer and often won, so the same move was written
-and followed twice. Its backlog is not counted with the other two: it tells nothing of an agent's
-liveness.
+and followed twice. A copy whose kernel is marked as moved on (`answered_marks`) is acknowledged
+without being applied. Its backlog is not counted with the other two: it tells nothing of an
+agent's liveness.
 """
 
 from __future__ import annotations
@@ -162,14 +163,18 @@ class EventConsumer:
         key: str | None = None,
         pace: float = 0.0,
         delay: float = 0.0,
+        keep: Callable[[list[AgentEvent]], Awaitable[list[bool]]] | None = None,
     ) -> None:
         """`pace`: seconds to wait after a read that got something, so that the next read brings a
-        batch; `delay`: an entry is applied no sooner than this long after Redis took it."""
+        batch; `delay`: an entry is applied no sooner than this long after Redis took it; `keep`:
+        which of a read's events to apply, the others being acknowledged unapplied (the answered
+        stream's copies whose kernel has moved on, `answered_marks`)."""
         self._redis = redis
         self._claim_nonces = redis.register_script(_CLAIM_NONCES)
         self._key = key or stream_key(prefix)
         self._pace = pace
         self._delay = delay
+        self._keep = keep
         self._prefix = prefix
         self._secret = secret
         self._consumer = consumer
@@ -285,6 +290,11 @@ class EventConsumer:
                     entry_id, "replayed", f"nonce {sealed.nonce} seen already", sealed.event.agent_id
                 )
                 done.append(entry_id)
+        if self._keep is not None and events:
+            kept = await self._keep(events)
+            done += [i for i, k in zip(ids, kept, strict=True) if not k]
+            ids = [i for i, k in zip(ids, kept, strict=True) if k]
+            events = [e for e, k in zip(events, kept, strict=True) if k]
         if self._beat_window > 0:
             beats: list[tuple[Any, AgentEvent]] = []
             urgent: list[tuple[Any, AgentEvent]] = []

@@ -16,6 +16,8 @@ import redis.asyncio as aioredis
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter
 
+from sokovan.bus.answered_marks import MARK_TTL_S, marks_of
+
 log = structlog.get_logger(__name__)
 
 
@@ -74,21 +76,26 @@ async def publish(publisher: UserEventPublisher | None, events: Sequence[UserEve
 class UserEventPublisher:
     def __init__(self, redis: aioredis.Redis, prefix: str) -> None:
         self._redis = redis
+        self._prefix = prefix
         self._channel = user_events_channel(prefix)
 
     async def publish_many(self, events: Sequence[UserEvent]) -> None:
         """One message per `PER_MESSAGE` events: a lone event as its object, more as an array of
         them (`parse_wire` reads both). A thousand sessions moving cost a few Redis commands, not
-        a thousand."""
+        a thousand. Kernels that reached PREPARED or RUNNING are marked in the same pipeline
+        (`answered_marks`)."""
         if not events:
             return
         messages = [wire_many(events[i : i + PER_MESSAGE]) for i in range(0, len(events), PER_MESSAGE)]
-        if len(messages) == 1:
+        marks = marks_of(self._prefix, events)
+        if len(messages) == 1 and not marks:
             await self._redis.publish(self._channel, messages[0])
             return
         async with self._redis.pipeline(transaction=False) as pipe:
             for message in messages:
                 pipe.publish(self._channel, message)
+            for key in marks:
+                pipe.set(key, 1, ex=MARK_TTL_S)
             await pipe.execute()
 
 

@@ -27,6 +27,7 @@ from aiohttp import web
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from sokovan.bus.answered_marks import unmarked
 from sokovan.bus.hints import Hint, HintPublisher, listen_hints
 from sokovan.bus.routing import RoutingBus
 from sokovan.bus.streams import EventConsumer, answered_key, beats_key, consumer_backlog
@@ -187,7 +188,11 @@ async def _serve_until_stopped(
     )
     consumer = consumer_of(beat_window=BEAT_WINDOW)
     beats = consumer_of(key=beats_key(settings.etcd_prefix), pace=BEATS_PACE)
-    answered = consumer_of(key=answered_key(settings.etcd_prefix), delay=ANSWERED_DELAY)
+    answered = consumer_of(
+        key=answered_key(settings.etcd_prefix),
+        delay=ANSWERED_DELAY,
+        keep=functools.partial(unmarked, redis, settings.etcd_prefix),
+    )
     runner = web.AppRunner(create_app(ctx, config), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, settings.api_host, settings.api_port, reuse_port=reuse_port or None)
