@@ -109,3 +109,26 @@ async def test_a_late_call_that_fails_is_reported_as_a_failure(
         assert sid not in handler.in_flight.ended
     finally:
         await client.close()
+
+
+async def test_sessions_whose_calls_run_do_not_fill_the_next_batch(
+    engine: AsyncEngine, two_agents: tuple[Seed, SlowRecorder]
+) -> None:
+    """A cycle reads at most `batch` sessions, the oldest first; those whose calls still run are
+    left out of the read, so the next cycle reaches the sessions behind them."""
+    seed, _ = two_agents
+    slow_sid = await seed.session(status=SessionStatus.SCHEDULED, agent_id="slow")  # the oldest
+    fast_sid = await seed.session(status=SessionStatus.SCHEDULED, agent_id="a1")
+    client = AgentRPCClient(SECRET, timeout=30)
+    handler = CallAgents(PREPARE_SESSIONS, client)
+    handler.batch = 1
+    coordinator = ScheduleCoordinator(engine, ClusterConfig(), [handler])
+    try:
+        await coordinator.cycle()  # the slow agent's session: its call outlasts the cycle
+        assert slow_sid in handler.in_flight.running
+        assert await _status(engine, fast_sid) == "SCHEDULED"
+        await coordinator.cycle()  # reads past it
+        assert await _status(engine, fast_sid) == "PREPARING"
+        assert await _status(engine, slow_sid) == "SCHEDULED"
+    finally:
+        await client.close()

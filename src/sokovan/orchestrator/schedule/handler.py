@@ -11,6 +11,7 @@ declares the same things, read the same way by the `ScheduleCoordinator`:
   (None: every target status);
 - `transitions`: its `StatusTransitions` table — where success, need_retry, expired and give_up
   take the session and its kernels;
+- `batch`: at most this many sessions a read (the oldest first);
 - `placement_window`: read through the fair placement window (`manager/placement_window`: a
   bounded share per scaling group and keypair, dependency-blocked sessions left out) instead of
   the oldest sessions of the cluster — the placement lane's read;
@@ -35,7 +36,7 @@ from sqlalchemy import ColumnElement
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.config.cluster import Phase
 from sokovan.orchestrator.spine.result import HandlerResult
-from sokovan.state.session_queries import KernelMatchType, Narrowing
+from sokovan.state.session_queries import BATCH_LIMIT, KernelMatchType, Narrowing
 from sokovan.state.session_reads import SessionWithKernels
 from sokovan.state.status_info import SessionStatusInfo
 
@@ -82,6 +83,7 @@ class SessionHandler(abc.ABC):
     transitions: StatusTransitions
     always_runs: bool = False
     placement_window: bool = False
+    batch: int = BATCH_LIMIT
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -49,6 +49,7 @@ class SessionKind:
             conn,
             handler.targets,
             cond.statuses if cond else None,
+            handler.batch,
             match=cond.match if cond else None,
             where=handler.narrow(now) if narrowing is None else None,
             narrowing=narrowing,

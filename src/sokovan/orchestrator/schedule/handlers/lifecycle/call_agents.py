@@ -16,13 +16,15 @@ alone, never the others of the batch.
 
 All agents are called at once, and their answers are awaited `STRAGGLER_WAIT` seconds only: the
 sessions of an agent that is slower are carried on in the background (`InFlight`) and left out of
-the next cycles while their calls run; when the calls end, the lane is woken and its next cycle
-reports them. One slow agent never holds other agents' sessions, or the lane, back.
+the next cycles' reads while their calls run (so a batch of `CALL_BATCH` is never filled with
+sessions it cannot call); when the calls end, the lane is woken and its next cycle reports them.
+One slow agent never holds other agents' sessions, or the lane, back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,6 +33,8 @@ from dataclasses import dataclass, field
 from sokovan.common.rpc import AcceptedResponse, AgentRPCClient, KernelSpec
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.config.cluster import Phase
+from sokovan.db.among import among_bound
+from sokovan.db.models import Session
 from sokovan.orchestrator.schedule.agent_calls import Items, Target, answered, fan_out, kernel_spec
 from sokovan.orchestrator.schedule.handler import (
     KernelCondition,
@@ -45,10 +49,15 @@ from sokovan.orchestrator.schedule.handlers.promotion.promotions import (
     PROMOTE_TO_RUNNING,
 )
 from sokovan.state.kernel_events import KernelEvent
+from sokovan.state.session_queries import Narrowing
 from sokovan.state.session_reads import SessionWithKernels
 
 S, K = SessionStatus, KernelStatus
 STRAGGLER_WAIT = 0.5  # seconds a cycle waits for the agents' answers
+# Sessions a cycle calls agents for, at most. A burst's batch of 5,000 held the next lane back for
+# the whole read, calls and write (5 s in a 10,000-session burst): smaller batches let the
+# prepare and start lanes work on different batches at once.
+CALL_BATCH = 1000
 WAKE_EVERY = 0.05  # calls ending within this long wake the lane once
 FORGET_AFTER = 600.0  # an outcome no cycle asked for (the session moved on meanwhile) is dropped
 # An AgentRPCClient method taking (rpc address, kernel specs, agent id).
@@ -154,11 +163,19 @@ class CallAgents(SessionHandler):
         self.phase = call.phase
         self.targets = frozenset({call.session})
         self.kernels = KernelCondition(frozenset({call.kernel}))
+        self.batch = CALL_BATCH
         self.transitions = StatusTransitions(success=call.to, expired=_REQUEUE, give_up=_REQUEUE)
         self.call = call
         self._rpc = rpc
         self.in_flight = InFlight(wake or (lambda: None))
         self._answers: list[KernelEvent] = []
+
+    def narrowing(self, now: dt.datetime) -> Narrowing | None:
+        """The sessions whose calls are still running are not read (their outcome comes later)."""
+        busy = list(self.in_flight.running)
+        if not busy:
+            return None
+        return Narrowing((self.name, "busy"), lambda: ~among_bound(Session.id, "busy"), {"busy": busy})
 
     async def execute(self, targets: Sequence[SessionWithKernels]) -> SessionResultT:
         result = SessionResultT()
