@@ -53,6 +53,11 @@ ADOPT_AFTER = 3.0
 ADOPT_EVERY = 5.0
 
 
+def worker_name(manager_id: str, index: int) -> str:
+    """The presence lock's name of worker `index` of the manager `manager_id`."""
+    return f"worker:{manager_id}:{index}"
+
+
 def lock_key(name: str) -> int:
     return int.from_bytes(hashlib.sha1(f"sokovan:{name}".encode()).digest()[:8], "big", signed=True)
 

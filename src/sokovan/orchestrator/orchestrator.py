@@ -36,7 +36,7 @@ from sokovan.orchestrator.deployment.handlers.destroying_deployment import Destr
 from sokovan.orchestrator.deployment.handlers.reconcile_deployment import ReconcileDeployment
 from sokovan.orchestrator.deployment.handlers.scaling_deployment import ScalingDeployment
 from sokovan.orchestrator.deployment.replicas import ReplicaSessions
-from sokovan.orchestrator.locks import CycleLock
+from sokovan.orchestrator.locks import CycleLock, worker_name
 from sokovan.orchestrator.loop import CoordinatorLoop
 from sokovan.orchestrator.maintenance.coordinator import MaintenanceCoordinator
 from sokovan.orchestrator.node.backlog import Backlog
@@ -79,13 +79,10 @@ from sokovan.orchestrator.schedule.handlers.promotion.promotions import (
     PROMOTE_TO_TERMINATED,
 )
 from sokovan.orchestrator.schedule.handoffs import lane, next_lanes
+from sokovan.orchestrator.share_out import owner_index
 from sokovan.state.kernel_writes import KernelMove
 
 log = structlog.get_logger(__name__)
-
-# The order the workers of `--workers N` deal the lanes out in: the heaviest first, so that with
-# two workers placement goes with the end lane and the two agent-call lanes go together.
-SHARE_OUT = (lane("place"), lane("prepare"), lane("end"), lane("start"))
 
 # The route lanes are hinted whenever replica sessions move; they coalesce those hints over this
 # long, so a burst of replicas starting costs them a few cycles.
@@ -235,7 +232,7 @@ class SokovanOrchestrator:
         self.lock = CycleLock(
             engine,
             mine=self._mine if shared else None,
-            presence=self._worker_name(worker[0]) if shared else None,
+            presence=worker_name(manager_id, worker[0]) if shared else None,
             owner=self._owner if shared else None,
         )
         self._publish = publish
@@ -331,26 +328,18 @@ class SokovanOrchestrator:
         return loop
 
     def _owner_index(self, name: str) -> int | None:
-        """The worker whose lane `name` is by the share-out: every N-th lane in `SHARE_OUT` order,
-        then the others by name (None: not a lane of this manager)."""
-        names = sorted(
-            (loop.name for loops in self.loops.values() for loop in loops),
-            key=lambda n: (SHARE_OUT.index(n) if n in SHARE_OUT else len(SHARE_OUT), n),
-        )
-        return names.index(name) % self._worker[1] if name in names else None
+        """The worker whose lane `name` is by the share-out (`share_out`)."""
+        lanes = (loop.name for loops in self.loops.values() for loop in loops)
+        return owner_index(lanes, name, self._worker[1])
 
     def _mine(self, name: str) -> bool:
         """Whether lane `name` is this worker's by the share-out."""
         return self._owner_index(name) == self._worker[0]
 
-    def _worker_name(self, index: int) -> str:
-        """The presence lock's name of this manager's worker `index` (`locks`)."""
-        return f"worker:{self._manager_id}:{index}"
-
     def _owner(self, name: str) -> str | None:
         """The presence lock's name of the worker whose lane `name` is."""
         index = self._owner_index(name)
-        return None if index is None else self._worker_name(index)
+        return None if index is None else worker_name(self._manager_id, index)
 
     def _named(self, name: str) -> list[CoordinatorLoop]:
         """The loops a hint name stands for: a coordinator's (e.g. `schedule`) or one lane's
