@@ -3,6 +3,7 @@ what the admission caches hold."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass, field
 
@@ -14,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sokovan.bus.hints import Hint, HintPublisher
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.settings import Settings
+from sokovan.db.engine import autocommit
 from sokovan.manager.peer_watch import PeerWatch
 
 log = structlog.get_logger(__name__)
@@ -46,6 +48,12 @@ class ManagerContext:
     # Whether PostgreSQL, Redis and etcd answer now (`peer_watch`); None where nothing probes them
     # (the API alone, in tests): the API's deadline is then the clock's alone.
     peers: PeerWatch | None = None
+
+    @functools.cached_property
+    def reads(self) -> AsyncEngine:
+        """`engine` for reads that need no transaction (`db.engine.autocommit`): a GET costs its
+        statements, not a BEGIN and a ROLLBACK round trip besides."""
+        return autocommit(self.engine)
 
     async def admission_changed(self) -> None:
         """After an admin write that admission reads: this manager's caches are dropped now, every

@@ -66,7 +66,7 @@ async def list_agents(request: web.Request) -> web.Response:
         raise Problem(400, "Bad query parameter", f"unknown agent status: {', '.join(bad)}")
     flt = agents_read.AgentFilter(statuses=statuses, scaling_group=request.query.get("scaling_group") or None)
     limit, cursor = query_limit(request), request.query.get("cursor") or None
-    async with request.app[CTX_KEY].engine.connect() as conn:
+    async with request.app[CTX_KEY].reads.connect() as conn:
         try:
             return await request.app[PAGES_KEY].page(request, conn, principal, flt, limit, cursor)
         except ValueError as exc:
@@ -74,7 +74,7 @@ async def list_agents(request: web.Request) -> web.Response:
 
 
 async def _view(request: web.Request, agent_id: str) -> AgentOut:
-    async with request.app[CTX_KEY].engine.connect() as conn:
+    async with request.app[CTX_KEY].reads.connect() as conn:
         view = await agents_read.get_agent(conn, agent_id)
     return found(AgentOut, view, "agent", agent_id)
 
@@ -87,7 +87,7 @@ async def get_agent(request: web.Request) -> web.Response:
 async def agent_history(request: web.Request) -> web.Response:
     require_admin(request)
     agent_id = request.match_info["id"]
-    async with request.app[CTX_KEY].engine.connect() as conn:
+    async with request.app[CTX_KEY].reads.connect() as conn:
         if not await agents_read.agent_exists(conn, agent_id):
             raise not_found("agent", agent_id)
         items, cursor = await read_page(

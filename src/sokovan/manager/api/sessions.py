@@ -60,7 +60,7 @@ class AttemptList(BaseModel):
 
 
 async def _session_or_404(request: web.Request, session_id: uuid.UUID, principal: Principal) -> SessionOut:
-    async with request.app[CTX_KEY].engine.connect() as conn:
+    async with request.app[CTX_KEY].reads.connect() as conn:
         view = await sessions_read.get_session(conn, session_id, principal)
     return _shown(found(SessionOut, view, "session", session_id), principal)
 
@@ -111,7 +111,7 @@ async def list_sessions(request: web.Request) -> web.Response:
     if owner is not None and not principal.is_admin and owner != principal.user_name:
         raise Problem(403, "Forbidden", "only admins may list other users' sessions")
     flt = sessions_read.SessionFilter(statuses=statuses, types=types, owner=owner)
-    async with request.app[CTX_KEY].engine.connect() as conn:
+    async with request.app[CTX_KEY].reads.connect() as conn:
         items, cursor = await read_page(
             request, lambda limit, after: sessions_read.list_sessions(conn, principal, flt, limit, after)
         )
@@ -130,7 +130,7 @@ async def terminate_session(request: web.Request) -> web.Response:
 async def session_history(request: web.Request) -> web.Response:
     principal = principal_of(request)
     session_id = await path_session_id(request, principal)
-    async with request.app[CTX_KEY].engine.connect() as conn:
+    async with request.app[CTX_KEY].reads.connect() as conn:
         if not await sessions_read.session_is_visible(conn, session_id, principal):
             raise not_found("session", session_id)
         moves_only = not query_bool(request, "all")  # runs that moved nothing are noise to a reader
@@ -148,7 +148,7 @@ async def session_history(request: web.Request) -> web.Response:
 async def session_attempts(request: web.Request) -> web.Response:
     principal = principal_of(request)
     session_id = await path_session_id(request, principal)
-    async with request.app[CTX_KEY].engine.connect() as conn:
+    async with request.app[CTX_KEY].reads.connect() as conn:
         items = await sessions_read.list_attempts(conn, session_id, principal)
     if items is None:
         raise not_found("session", session_id)

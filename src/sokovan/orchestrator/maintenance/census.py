@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.common.metrics import DEPLOYMENTS_BY_STATUS, SESSION_PENDING_OLDEST, SESSIONS_BY_STATUS
 from sokovan.common.types import EndpointLifecycle, SessionStatus
+from sokovan.db.engine import autocommit
 from sokovan.db.models import Deployment, Session
 
 EVERY = 5.0  # seconds between counts: the lane cycles every long-cycle interval and on hints
@@ -35,7 +36,7 @@ class Census:
     def __init__(
         self, engine: AsyncEngine, every: float = EVERY, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self._engine = engine
+        self._engine = engine  # it only counts, through `autocommit`: no transaction around them
         self._every = every
         self._clock = clock
         self._next_run = 0.0
@@ -56,7 +57,7 @@ class Census:
         deployments = select(Deployment.status, func.count()).where(
             Deployment.status.in_([s.value for s in _LIVE_DEPLOYMENTS])
         )
-        async with self._engine.connect() as conn:
+        async with autocommit(self._engine).connect() as conn:
             by_session = {
                 r[0]: (int(r[1]), r[2]) for r in await conn.execute(sessions.group_by(Session.status))
             }

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sokovan.common.metrics import SLOT_DRIFT
 from sokovan.common.rpc import AgentRPCClient
 from sokovan.common.types import KernelStatus, SessionStatus
+from sokovan.db.engine import autocommit
 from sokovan.db.models import Agent, Kernel, Session
 from sokovan.orchestrator.maintenance.reconciler import REPORTING
 from sokovan.state.kernel_writes import KernelTransition, apply_kernel_transitions
@@ -47,7 +48,7 @@ _ORPHANS = text(
 
 class LeakRepair:
     def __init__(self, engine: AsyncEngine, rpc: AgentRPCClient) -> None:
-        self._engine = engine
+        self._engine = engine  # the looks through `autocommit`; a repair writes under a transaction
         self._rpc = rpc
 
     async def run(self) -> int:
@@ -56,7 +57,7 @@ class LeakRepair:
 
     async def _destroy_orphans(self) -> None:
         ended = [s.value for s in KernelStatus.terminal()]
-        async with self._engine.connect() as conn:
+        async with autocommit(self._engine).connect() as conn:
             rows = (await conn.execute(_ORPHANS, {"reporting": REPORTING, "ended": ended})).all()
         per_agent: dict[tuple[str, str], list[str]] = defaultdict(list)
         for r in rows:
@@ -74,7 +75,7 @@ class LeakRepair:
     async def _end_leaked_kernels(self) -> int:
         live = [s.value for s in KernelStatus.non_terminal()]
         ended = [s.value for s in SessionStatus.terminal()]
-        async with self._engine.begin() as conn:
+        async with autocommit(self._engine).connect() as conn:
             rows = (
                 await conn.execute(
                     select(Kernel.id, Kernel.agent_id, Agent.rpc_addr)
@@ -83,8 +84,10 @@ class LeakRepair:
                     .where(Session.status.in_(ended), Kernel.status.in_(live))
                 )
             ).all()
-            if not rows:
-                return 0
+        if not rows:  # the usual case: a look without a transaction
+            return 0
+        # Each move is compare-and-set on the kernel's status: one that moved since the look is left.
+        async with self._engine.begin() as conn:
             moved = await apply_kernel_transitions(
                 conn,
                 [
@@ -98,6 +101,8 @@ class LeakRepair:
                     for r in rows
                 ],
             )
+        if not moved:  # every one had moved on since the look
+            return 0
         SLOT_DRIFT.inc(len(moved))
         log.error("slots.drift_repaired", kernels=len(moved))
         per_agent: dict[tuple[str, str], list[str]] = defaultdict(list)

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.common.rpc import AgentRPCClient, ReconcileItem
 from sokovan.common.types import AgentStatus, KernelStatus
+from sokovan.db.engine import autocommit
 
 log = structlog.get_logger(__name__)
 # Agents that beat and answer, as SQL parameters (shared with LeakRepair).
@@ -56,14 +57,14 @@ _SUSPECTS = text(
 
 class KernelReconciler:
     def __init__(self, engine: AsyncEngine, rpc: AgentRPCClient, limit: int = 5000) -> None:
-        self._engine = engine
+        self._engine = engine  # it reads, through `autocommit`; the agents' answers write
         self._rpc = rpc
         self._limit = limit
 
     async def run(self, reconcile_after: float) -> int:
         """Returns how many kernels were put to their agents."""
         before = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=reconcile_after)
-        async with self._engine.connect() as conn:
+        async with autocommit(self._engine).connect() as conn:
             rows = (
                 await conn.execute(
                     _SUSPECTS,

@@ -26,6 +26,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from sokovan.db.engine import autocommit
+
 log = structlog.get_logger(__name__)
 
 TABLES = ("sessions", "kernels")
@@ -47,12 +49,12 @@ def stale(changed: int, rows: int, fraction: float = FRACTION, at_least: int = A
 
 class FreshStatistics:
     def __init__(self, engine: AsyncEngine, tables: Sequence[str] = TABLES) -> None:
-        self._engine = engine
+        self._engine = engine  # the look through `autocommit`; ANALYZE under SET LOCAL, a transaction
         self._tables = list(tables)
 
     async def run(self) -> list[str]:
         """Analyze the tables whose statistics are stale; the ones analyzed."""
-        async with self._engine.connect() as conn:
+        async with autocommit(self._engine).connect() as conn:
             rows = (await conn.execute(_CHANGED, {"tables": self._tables})).all()
         due = [name for name, changed, live in rows if stale(int(changed or 0), int(live or 0))]
         return [name for name in sorted(due) if await self._analyze(name)]

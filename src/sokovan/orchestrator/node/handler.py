@@ -103,4 +103,4 @@ class FleetGauge(NodeHandler):
     always_runs = True
 
     def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
+        self._engine = engine  # its handlers read through `autocommit`: no transaction

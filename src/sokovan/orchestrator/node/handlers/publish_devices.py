@@ -24,6 +24,7 @@ from sokovan.common.metrics import (
     GPU_DEVICE_UTILIZATION,
     GPU_KERNEL_DEVICES,
 )
+from sokovan.db.engine import autocommit
 from sokovan.db.models import Agent, Kernel
 from sokovan.orchestrator.node.handler import AgentRow, FleetGauge, NodeResult
 from sokovan.state.occupancy import slot_holding
@@ -39,7 +40,7 @@ _ALL = (GPU_DEVICE_HEALTHY, GPU_KERNEL_DEVICES, *(g for g, _ in _READINGS))
 
 class PublishDevices(FleetGauge):
     async def execute(self, rows: Sequence[AgentRow]) -> NodeResult:
-        async with self._engine.connect() as conn:
+        async with autocommit(self._engine).connect() as conn:
             agents = (
                 await conn.execute(
                     select(Agent.id, Agent.devices).where(func.jsonb_array_length(Agent.devices) > 0)

@@ -29,6 +29,7 @@ from sokovan.bus.routing import (
 )
 from sokovan.common.metrics import ROUTE_REPLICAS
 from sokovan.common.types import EndpointLifecycle
+from sokovan.db.engine import autocommit
 from sokovan.db.models import Deployment, Route
 from sokovan.orchestrator.route.handler import R, RouteHandler, RouteTransitions
 from sokovan.orchestrator.spine.outcome import OutcomeResult
@@ -56,7 +57,7 @@ class ServiceDiscoverySync(RouteHandler):
     always_runs = True
 
     def __init__(self, engine: AsyncEngine, bus: RoutingBus) -> None:
-        self._engine = engine
+        self._engine = engine  # it only reads, through `autocommit`: no transaction around them
         self._bus = bus
         self._published: tuple[str, float] = ("", 0.0)  # (table content, when)
         self._counted = 0.0
@@ -66,7 +67,7 @@ class ServiceDiscoverySync(RouteHandler):
         # Every deployment that is not gone is known to the proxies, with or without a healthy
         # replica: none healthy is a 503 there (or a held request, autoscaled at zero), an unknown
         # name a 404.
-        async with self._engine.connect() as conn:
+        async with autocommit(self._engine).connect() as conn:
             deployments = (
                 await conn.execute(
                     select(
@@ -110,7 +111,7 @@ class ServiceDiscoverySync(RouteHandler):
         return OutcomeResult()
 
     async def _count(self) -> None:
-        async with self._engine.connect() as conn:
+        async with autocommit(self._engine).connect() as conn:
             counts = dict(
                 (
                     await conn.execute(
