@@ -13,7 +13,8 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel
 
 from sokovan.agent.hollow import hollow_ids
-from sokovan.agent.hollow_agent import HollowAgent, HollowBehaviour, sleep_seconds
+from sokovan.agent.hollow_agent import HollowAgent, HollowBehaviour
+from sokovan.agent.hollow_commands import sleep_seconds
 from sokovan.agent.images import ImageCatalog
 from sokovan.common.events import (
     AgentHeartbeat,

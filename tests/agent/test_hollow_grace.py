@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from sokovan.agent.hollow import HollowConfig
-from sokovan.agent.hollow_agent import EXIT_KILL, EXIT_TERM, ignores_term, stop_after
+from sokovan.agent.hollow_commands import EXIT_KILL, EXIT_TERM, ignores_term, stop_after
 from sokovan.agent.hollow_state import HollowStateFile
 from sokovan.common.events import KernelTerminated
 from sokovan.common.rpc import AgentRPCClient

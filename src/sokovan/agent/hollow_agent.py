@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from sokovan.agent.events import (
 )
 from sokovan.agent.gpu.hollow import hollow_devices
 from sokovan.agent.gpu.source import offered_slots
+from sokovan.agent.hollow_commands import EXIT_KILL, EXIT_TERM, ignores_term, sleep_seconds, stop_after
 from sokovan.agent.hollow_services import HollowServices
 from sokovan.agent.hollow_state import HollowKernelRecord
 from sokovan.agent.images import ImageCatalog
@@ -69,34 +69,7 @@ from sokovan.common.rpc import (
 EndReason = Literal["exited", "destroyed"]
 
 MAX_ENDED = 256  # ended kernels per agent whose exit code and reason are kept (destroy, logs, reconcile)
-EXIT_TERM = 128 + 15
-EXIT_KILL = 128 + 9
 DEFAULT_KILL_GRACE = 5.0  # a destroy without a grace: the process agent's default `--kill-grace`
-_SLEEP_RE = re.compile(r"^\s*(?:exec\s+)?sleep\s+(\d+(?:\.\d*)?|\.\d+)\s*$")
-
-
-def sleep_seconds(command: str | None) -> float | None:
-    """S for a command `sleep S` / `exec sleep S`; None for anything else (runs until destroyed)."""
-    if command is None:
-        return None
-    match = _SLEEP_RE.match(command)
-    return float(match.group(1)) if match else None
-
-
-_IGNORE_TERM_RE = re.compile(r"""\btrap\s+(?:''|"")\s+(?:[A-Za-z0-9]+\s+)*(?:SIG)?(?:TERM|15)\b""")
-
-
-def ignores_term(command: str | None) -> bool:
-    """Whether a command sets SIGTERM to be ignored (`trap '' TERM`, `trap "" INT TERM`, ...)."""
-    return command is not None and _IGNORE_TERM_RE.search(command) is not None
-
-
-def stop_after(grace: float, reaction: float | None) -> tuple[float, int]:
-    """When a hollow kernel sent SIGTERM ends and with which code: after its `reaction` time
-    (None: it ignores TERM) with 143, or when the `grace` ends with 137, whichever comes first."""
-    if reaction is not None and reaction <= grace:
-        return max(reaction, 0.0), EXIT_TERM
-    return grace, EXIT_KILL
 
 
 @dataclass(frozen=True)

@@ -46,9 +46,9 @@ async def unmarked(redis: aioredis.Redis, prefix: str, events: Sequence[AgentEve
     """For each event, whether it must be applied: False only for a prepared or running event
     whose kernel's mark is set. One MGET for the whole read."""
     keys = [
-        (i, mark_key(prefix, str(getattr(e, "kernel_id", "")), _OF_EVENT[type(e)]))
+        (i, mark_key(prefix, str(e.kernel_id), _OF_EVENT[type(e)]))
         for i, e in enumerate(events)
-        if type(e) in _OF_EVENT
+        if isinstance(e, (KernelPrepared, KernelRunning))
     ]
     keep = [True] * len(events)
     if keys:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -23,10 +22,9 @@ from sqlalchemy.orm import aliased
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.db.models import Agent, Kernel, Session, SessionDependency, User
 from sokovan.manager.repositories.paging import page_by_time
+from sokovan.manager.repositories.retry_chains import retry_chains, retry_state
 from sokovan.manager.repositories.session_inserts import MAIN_ROLE, SUB_ROLE, Inserted, NewSession
 from sokovan.manager.repositories.tenancy import Principal
-
-MAX_CHAIN = 1000  # a bound on retry-chain walks, against a (never expected) parent cycle
 
 
 def visible(principal: Principal) -> ColumnElement[bool]:
@@ -204,7 +202,7 @@ async def _views(conn: AsyncConnection, rows: Sequence[Any]) -> list[dict[str, A
     if not ids:
         return []
     chained = [r.id for r in rows if r.in_chain]
-    chains, children = await _retry_chains(conn, chained) if chained else ({}, {})
+    chains, children = await retry_chains(conn, chained) if chained else ({}, {})
     return [_view(s, chains, children) for s in rows]
 
 
@@ -287,61 +285,6 @@ def created_view(session: NewSession, owner: str, inserted: Inserted) -> dict[st
     return _view(row, {}, {})
 
 
-def retry_state(
-    retry_count: int, max_retries: int, status_info: dict[str, Any] | None, has_child: bool
-) -> str:
-    """`attempt N of M` (N = retry_count + 1, M = 1 + max_retries); while the engine has a retry
-    scheduled (`status_info.retry.decision == "scheduled"`) and the child does not exist yet,
-    `; retry N+1 due at <due_at>` follows."""
-    state = f"attempt {retry_count + 1} of {1 + max_retries}"
-    decision = (status_info or {}).get("retry")
-    if isinstance(decision, dict) and decision.get("decision") == "scheduled" and not has_child:
-        due = decision.get("due_at")
-        state += f"; retry {retry_count + 2} due at {due}" if due else f"; retry {retry_count + 2} pending"
-    return state
-
-
-_CHAIN_ROOTS = text(
-    """
-    WITH RECURSIVE up(start, cur, parent) AS (
-        SELECT id, id, parent_session_id FROM sessions WHERE id = ANY(:ids)
-        UNION ALL
-        SELECT up.start, s.id, s.parent_session_id FROM up JOIN sessions s ON s.id = up.parent
-    )
-    SELECT start, cur FROM up WHERE parent IS NULL
-    """
-)
-_CHAIN_MEMBERS = text(
-    """
-    WITH RECURSIVE down(root, cur, parent, depth, created_at) AS (
-        SELECT id, id, parent_session_id, 0, created_at FROM sessions WHERE id = ANY(:roots)
-        UNION ALL
-        SELECT down.root, s.id, s.parent_session_id, down.depth + 1, s.created_at
-        FROM down JOIN sessions s ON s.parent_session_id = down.cur
-        WHERE down.depth < :max_depth
-    )
-    SELECT root, cur, parent FROM down ORDER BY root, depth, created_at
-    """
-)
-
-
-async def _retry_chains(
-    conn: AsyncConnection, ids: Sequence[uuid.UUID]
-) -> tuple[dict[uuid.UUID, list[str]], dict[uuid.UUID, str]]:
-    """For each id: the whole chain (root first, then children by depth) and its next attempt.
-
-    Two fixed statements (prepared once), whatever the number of ids."""
-    roots = {r.start: r.cur for r in await conn.execute(_CHAIN_ROOTS, {"ids": list(ids)})}
-    members: dict[uuid.UUID, list[str]] = defaultdict(list)
-    children: dict[uuid.UUID, str] = {}
-    rows = await conn.execute(_CHAIN_MEMBERS, {"roots": list(set(roots.values())), "max_depth": MAX_CHAIN})
-    for r in rows:
-        members[r.root].append(str(r.cur))
-        if r.parent is not None:
-            children[r.parent] = str(r.cur)  # the newest child wins if there were several
-    return {start: members[root] for start, root in roots.items()}, children
-
-
 async def list_attempts(
     conn: AsyncConnection, session_id: uuid.UUID, principal: Principal
 ) -> list[dict[str, Any]] | None:
@@ -349,7 +292,7 @@ async def list_attempts(
     None when the session does not exist or the caller may not see it."""
     if not await session_is_visible(conn, session_id, principal):
         return None
-    chains, _ = await _retry_chains(conn, [session_id])
+    chains, _ = await retry_chains(conn, [session_id])
     order = [uuid.UUID(i) for i in chains.get(session_id, [str(session_id)])]
     rows = await conn.execute(
         select(
