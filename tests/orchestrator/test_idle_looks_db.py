@@ -6,7 +6,7 @@ trips a second, a third of its statements). A repair found by a look still write
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from sqlalchemy import event
@@ -39,12 +39,24 @@ def isolation_of_each_statement(engine: AsyncEngine) -> Iterator[list[tuple[str,
         event.remove(engine.sync_engine, "before_cursor_execute", record)
 
 
-async def test_the_idle_looks_take_no_transaction(engine: AsyncEngine) -> None:
+async def a_kernel_running_in(engine: AsyncEngine, session: SessionStatus) -> None:
     seed = await Seed(engine).tenancy()
     await seed.agent("a1")
-    await seed.session(status=SessionStatus.RUNNING, kernel_status=KernelStatus.RUNNING, agent_id="a1")
+    await seed.session(status=session, kernel_status=KernelStatus.RUNNING, agent_id="a1")
+
+
+@contextlib.asynccontextmanager
+async def agents_rpc() -> AsyncIterator[AgentRPCClient]:
     rpc = AgentRPCClient("x", timeout=0.5)
     try:
+        yield rpc
+    finally:
+        await rpc.close()
+
+
+async def test_the_idle_looks_take_no_transaction(engine: AsyncEngine) -> None:
+    await a_kernel_running_in(engine, SessionStatus.RUNNING)
+    async with agents_rpc() as rpc:
         with isolation_of_each_statement(engine) as seen:
             await Census(engine).run()
             assert await FreshStatistics(engine, tables=["agents"]).run() in ([], ["agents"])
@@ -52,23 +64,16 @@ async def test_the_idle_looks_take_no_transaction(engine: AsyncEngine) -> None:
             assert await LeakRepair(engine, rpc).run() == 0
             await CountAgents(engine).execute([])
             await PublishDevices(engine).execute([])
-    finally:
-        await rpc.close()
     looks = [level for level, word in seen if word == "SELECT"]
     assert len(looks) >= 7
     assert set(looks) == {"AUTOCOMMIT"}
 
 
 async def test_a_leak_found_by_a_look_is_repaired_in_a_transaction(engine: AsyncEngine) -> None:
-    seed = await Seed(engine).tenancy()
-    await seed.agent("a1")
-    await seed.session(status=SessionStatus.TERMINATED, kernel_status=KernelStatus.RUNNING, agent_id="a1")
-    rpc = AgentRPCClient("x", timeout=0.5)
-    try:
+    await a_kernel_running_in(engine, SessionStatus.TERMINATED)  # a leak
+    async with agents_rpc() as rpc:
         with isolation_of_each_statement(engine) as seen:
             assert await LeakRepair(engine, rpc).run() == 1
-    finally:
-        await rpc.close()
     writes = [level for level, word in seen if word != "SELECT"]  # the moves: a WITH … UPDATE
     assert writes
     assert set(writes) == {"transaction"}
