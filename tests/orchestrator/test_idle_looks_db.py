@@ -1,7 +1,8 @@
-"""What an idle manager reads every cycle takes no transaction: the maintenance lane's looks, the
-node lane's gauges and the API's GETs run each statement as a transaction of its own, without a
-BEGIN and a ROLLBACK round trip around it (an idle manager of 1,000 agents made 14 such round
-trips a second, a third of its statements). A repair found by a look still writes in a transaction."""
+"""What an idle manager reads every cycle takes no transaction: the maintenance lane's looks and the
+node lane's gauges run each statement as a transaction of its own, without a BEGIN and a ROLLBACK
+round trip around it (an idle manager of 1,000 agents made 14 such round trips a second, a third of
+its statements). A repair found by a look still writes in a transaction. (The API's GETs read the
+same way, through `ManagerContext.reads`; tests/api covers what they answer.)"""
 
 from __future__ import annotations
 
