@@ -30,6 +30,7 @@ from pydantic import BaseModel
 
 from sokovan.agent.container import labels as L
 from sokovan.agent.container.config import ContainerOptions, KernelPlacement, create_request
+from sokovan.agent.container.engine_calls import agent_containers, start_container, wait_stopped
 from sokovan.agent.container.images import ImageStore, PullError
 from sokovan.agent.container.kernel import ContainerKernel
 from sokovan.agent.container.kernel_logs import engine_tail, save_logs, saved_logs
@@ -62,7 +63,6 @@ from sokovan.images.engine import describe
 log = structlog.get_logger(__name__)
 
 MAX_REMEMBERED = 10_000
-WAIT_RETRY = 2.0  # seconds between tries when the engine does not answer a kernel's wait
 ROOT_USERS = frozenset({"", "root", "0", "0:0", "root:root"})
 
 
@@ -175,16 +175,9 @@ class ContainerBackend:
                 spec, KernelPlacement(reference, user, network, port, self.service_host), info, self.options
             )
             engine_started = time.monotonic()
-            container = await self.docker.containers.create(body, name=f"sokovan-{spec.kernel_id}")
-            kernel = ContainerKernel(info, container.id)
-            try:
-                await container.start()
-                state = (await container.show()).get("State") or {}
-            except BaseException:
-                with contextlib.suppress(aiodocker.DockerError, OSError):
-                    await container.delete(force=True)
-                raise
-            kernel.pid = state.get("Pid") or None
+            container_id, pid = await start_container(self.docker, body, f"sokovan-{spec.kernel_id}")
+            kernel = ContainerKernel(info, container_id)
+            kernel.pid = pid
         except (PullError, ImageRefError, ValueError, RuntimeError, aiodocker.DockerError, OSError) as exc:
             message = describe(exc) if isinstance(exc, aiodocker.DockerError | OSError) else str(exc)
             log.warning("kernel.creation_failed", **ids, error=message)
@@ -234,25 +227,8 @@ class ContainerBackend:
         self.ports.reserve(kernel.info.port)
         kernel.watcher = asyncio.create_task(self._await_end(kernel), name=f"kernel-{kernel.kernel_id}")
 
-    async def _wait_stopped(self, kernel: ContainerKernel) -> dict[str, Any] | None:
-        """The container's state once it has stopped; None when it is gone."""
-        container = self.docker.containers.container(kernel.container_id)
-        while True:
-            try:
-                await container.wait(timeout=None)
-                state: dict[str, Any] = (await container.show()).get("State") or {}
-                if not state.get("Running"):
-                    return state
-            except aiodocker.DockerError as exc:
-                if exc.status == 404:
-                    return None
-                log.warning("kernel.wait_failed", kernel_id=kernel.kernel_id, error=describe(exc))
-            except OSError as exc:
-                log.warning("kernel.wait_failed", kernel_id=kernel.kernel_id, error=str(exc))
-            await asyncio.sleep(WAIT_RETRY)
-
     async def _await_end(self, kernel: ContainerKernel) -> None:
-        state = await self._wait_stopped(kernel)
+        state = await wait_stopped(self.docker, kernel)
         exit_code: int | None = None
         reason: EndReason = "lost"
         if state is not None:
@@ -345,24 +321,17 @@ class ContainerBackend:
         The events to publish once the agent has registered (see `ProcessBackend.recover`)."""
         await self.images.refresh()
         found: list[BaseModel] = []
-        containers = await self.docker.containers.list(
-            all=True, filters={"label": [f"{L.AGENT}={self.agent_id}"]}
-        )
         stopped: list[tuple[ContainerKernel, dict[str, Any]]] = []
-        for container in containers:
-            details = await container.show()
-            info = L.KernelLabels.from_labels((details.get("Config") or {}).get("Labels") or {})
-            if info is None or info.agent_id != self.agent_id or info.kernel_id in self._live:
+        for kernel, state in await agent_containers(self.docker, self.agent_id):
+            if kernel.kernel_id in self._live:
                 continue
-            kernel = ContainerKernel(info, container.id)
-            state = details.get("State") or {}
             if state.get("Running"):
                 kernel.pid = state.get("Pid") or None
-                if info.uid is not None:
-                    self.uids.restore(info.session_id, info.uid)
+                if kernel.info.uid is not None:
+                    self.uids.restore(kernel.session_id, kernel.info.uid)
                 self._watch(kernel)
                 found.append(self._running_event(kernel))
-                log.info("kernel.reattached", kernel_id=info.kernel_id, container=container.id[:12])
+                log.info("kernel.reattached", kernel_id=kernel.kernel_id, container=kernel.container_id[:12])
             else:
                 stopped.append((kernel, state))
         for kernel, state in stopped:
