@@ -176,8 +176,7 @@ class ContainerBackend:
             )
             engine_started = time.monotonic()
             container_id, pid = await start_container(self.docker, body, f"sokovan-{spec.kernel_id}")
-            kernel = ContainerKernel(info, container_id)
-            kernel.pid = pid
+            kernel = ContainerKernel(info, container_id, pid)
         except (PullError, ImageRefError, ValueError, RuntimeError, aiodocker.DockerError, OSError) as exc:
             message = describe(exc) if isinstance(exc, aiodocker.DockerError | OSError) else str(exc)
             log.warning("kernel.creation_failed", **ids, error=message)
