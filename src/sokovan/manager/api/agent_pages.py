@@ -1,28 +1,30 @@
-"""`GET /v2/agents` pages from a cache of rendered entries, and their weak `ETag`.
+"""`GET /v2/agents` pages from rendered entries of the whole fleet, and their weak `ETag`.
 
-A dashboard polls the fleet every second or so, and 1,000 agents are two pages of 500. Each
-request first reads the page's marks (`repositories.agent_marks`: two digests per agent, one
-statement); an agent whose marks are the ones this worker rendered last keeps its rendered JSON,
-and only the others are read whole and rendered again. The page is then the cached entries
-joined, byte for byte what `AgentList.model_dump_json()` would give.
+A dashboard polls the fleet every second or so, and 1,000 agents are two pages of 500. The worker
+keeps every agent rendered, with the marks it was rendered at (`repositories.agent_marks`: three
+digests per agent). `refresh()` brings entries up to newer marks (the snapshot's sweep of the whole
+fleet, or the marks of the agents events named: `agent_snapshot`): an agent whose own row changed
+(or that is new here) is read and rendered whole; one whose live kernels or heartbeat alone moved
+(under load, or once per beat: the common cases) has only its occupancy or the heartbeat's fields
+read and put into its entry. `page()` then answers from the entries alone, without I/O: the page's
+entries joined, byte for byte what `AgentList.model_dump_json()` would give.
 
 The `ETag` is weak: it names the page's agents with their `state` and `occupancy` marks (everything
 shown but the heartbeat's own fields), the next cursor, the query, who asks (a user is shown less), and the
-current `BEAT_EPOCH_S` window of the clock. So a poller that sends `If-None-Match` gets `304` (and
-costs the marks statement only) while nothing but heartbeats changed in the fleet, and a fresh page
-whenever an agent's status, slots, occupancy or settings change, or a new window begins: the
-`last_heartbeat_at` it holds is then at most that much behind. In a fresh page, an agent whose
-own row did not change has only what did (its occupancy, from its live kernels, or its heartbeat's
-fields) read again and put into its entry: under load kernels come and go on every agent, and
-every agent beats once per window. Workers agree on the tag, as it is made only of what PostgreSQL
-holds and the clock.
+current `BEAT_EPOCH_S` window of the clock. So a poller that sends `If-None-Match` gets `304` while
+nothing but heartbeats changed in the fleet, and a fresh page whenever an agent's status, slots,
+occupancy or settings change, or a new window begins: the `last_heartbeat_at` it holds is then at
+most that much behind. Workers agree on the tag, as it is made only of what PostgreSQL holds and the
+clock.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,11 +36,11 @@ from sokovan.manager.api.admin_schemas import AgentOut
 from sokovan.manager.api.conditional import names_match
 from sokovan.manager.api.redact import shown_info
 from sokovan.manager.repositories import agents_read
-from sokovan.manager.repositories.agent_marks import AgentMark, page_marks
+from sokovan.manager.repositories.agent_marks import AgentMark
+from sokovan.manager.repositories.paging import decode_cursor, encode_cursor
 from sokovan.manager.repositories.tenancy import Principal
 
 BEAT_EPOCH_S = 10.0  # a 304 holds back heartbeat fields at most this long (the default interval)
-MAX_ENTRIES = 50_000  # rendered agents kept per worker; past it the cache starts over
 
 
 @dataclass
@@ -73,6 +75,7 @@ class AgentPages:
 
     def __init__(self) -> None:
         self._entries: dict[str, _Entry] = {}
+        self._order: list[str] = []  # every agent's id, bytewise (as the marks come)
 
     def _json(self, entry: _Entry, principal: Principal) -> bytes:
         if principal.is_admin:
@@ -83,12 +86,17 @@ class AgentPages:
             entry.user_json = _for_user(entry.agent, principal)
         return entry.user_json
 
-    async def _refresh(self, conn: AsyncConnection, marks: list[AgentMark]) -> None:
-        """Bring the page's entries up to its marks. An agent whose own row changed (or that is
+    async def refresh(self, conn: AsyncConnection, marks: Sequence[AgentMark], whole: bool) -> None:
+        """Bring the entries of the agents `marks` names up to them; with `whole` (marks of the
+        whole fleet), the agents it does not name are dropped. An agent whose own row changed (or that is
         new here) is read and rendered whole; one whose live kernels or heartbeat alone moved (under
         load, or once per beat: the common cases) has only its occupancy or the heartbeat's fields
-        read and put into its entry."""
+        read and put into its entry. Callers do not run two at once (`agent_snapshot`)."""
         held = self._entries
+        if whole:
+            named = {m.id for m in marks}
+            for gone in [i for i in held if i not in named]:
+                del held[gone]
         stale: list[AgentMark] = []
         patched: list[AgentMark] = []
         for m in marks:
@@ -97,13 +105,14 @@ class AgentPages:
                 stale.append(m)
             elif (entry.occupancy, entry.beat) != (m.occupancy, m.beat):
                 patched.append(m)
-        if len(self._entries) + len(stale) > MAX_ENTRIES:
-            self._entries.clear()
-            stale, patched = marks, []
         if patched:
             await self._patch(conn, patched)
-        if not stale:
-            return
+        if stale:
+            await self._render(conn, stale)
+        if whole or len(self._order) != len(held):  # an agent new here, or some gone
+            self._order = sorted(held)
+
+    async def _render(self, conn: AsyncConnection, stale: list[AgentMark]) -> None:
         by_id = {m.id: m for m in stale}
         for view in await agents_read.get_agents(conn, list(by_id)):
             agent = AgentOut.model_validate(view)
@@ -136,32 +145,55 @@ class AgentPages:
             entry.occupancy, entry.beat = mark.occupancy, mark.beat
 
     @staticmethod
-    def tag(request: web.Request, principal: Principal, marks: list[AgentMark], cursor: str | None) -> str:
+    def tag(request: web.Request, principal: Principal, entries: list[_Entry], cursor: str | None) -> str:
         digest = hashlib.blake2b(digest_size=16)
         who = "admin" if principal.is_admin else f"user:{principal.access_key}"
         window = int(time.time() // BEAT_EPOCH_S)
         digest.update(f"agents|{who}|{request.query_string}|{cursor}|{window}".encode())
-        for mark in marks:
-            digest.update(f"|{mark.id}:{mark.state}:{mark.occupancy}".encode())
+        for entry in entries:
+            digest.update(f"|{entry.agent.id}:{entry.state}:{entry.occupancy}".encode())
         return 'W/"' + digest.hexdigest() + '"'
 
-    async def page(
+    def _selected(
+        self, flt: agents_read.AgentFilter, limit: int, cursor: str | None
+    ) -> tuple[list[_Entry], str | None]:
+        """The page's entries, in order of id, and the next page's cursor; a cursor this module
+        did not hand out raises ValueError."""
+        start = 0
+        if cursor is not None:
+            after = decode_cursor(cursor).get("id")
+            if not isinstance(after, str):
+                raise ValueError("malformed cursor")
+            start = bisect.bisect_right(self._order, after)
+        wanted = set(flt.statuses)
+        group = flt.scaling_group
+        picked: list[_Entry] = []
+        for agent_id in self._order[start:]:
+            entry = self._entries.get(agent_id)
+            if entry is None or (wanted and entry.agent.status.value not in wanted):
+                continue
+            if group is not None and entry.agent.scaling_group != group:
+                continue
+            if len(picked) == limit:
+                return picked, encode_cursor({"id": picked[-1].agent.id})
+            picked.append(entry)
+        return picked, None
+
+    def page(
         self,
         request: web.Request,
-        conn: AsyncConnection,
         principal: Principal,
         flt: agents_read.AgentFilter,
         limit: int,
         cursor: str | None,
     ) -> web.Response:
-        """The page, or 304 when the request's `If-None-Match` names its tag. A cursor the marks
-        cannot read raises ValueError."""
-        marks, next_cursor = await page_marks(conn, flt, limit, cursor)
-        tag = self.tag(request, principal, marks, next_cursor)
+        """The page as the entries hold it, or 304 when the request's `If-None-Match` names its
+        tag. A cursor this module did not hand out raises ValueError."""
+        entries, next_cursor = self._selected(flt, limit, cursor)
+        tag = self.tag(request, principal, entries, next_cursor)
         wanted = request.headers.get("If-None-Match")
         if wanted is not None and names_match(wanted, tag):
             return web.Response(status=304, headers={"ETag": tag})
-        await self._refresh(conn, marks)
-        items = b",".join(self._json(self._entries[m.id], principal) for m in marks if m.id in self._entries)
+        items = b",".join(self._json(entry, principal) for entry in entries)
         body = b'{"items":[' + items + b'],"next_cursor":' + json.dumps(next_cursor).encode() + b"}"
         return web.Response(body=body, content_type="application/json", headers={"ETag": tag})

@@ -1,7 +1,8 @@
 """`/v2/agents`: any authenticated caller may read the fleet; admins act on it (node lifecycle,
 seed 002: drain, undrain, disable, enable) and read an agent's history.
 
-Actions go through the `NodeController`; reads through `repositories.agents_read`. An action the
+Actions go through the `NodeController`; reads through `repositories.agents_read`, the list's pages
+from the worker's snapshot of the fleet (`agent_snapshot`, `agent_pages`). An action the
 agent's current status does not allow is a 409 problem whose extra member `agent_status` names
 that status.
 """
@@ -26,8 +27,10 @@ from sokovan.manager.api.admin_schemas import (
     AgentOut,
 )
 from sokovan.manager.api.agent_pages import AgentPages
+from sokovan.manager.api.agent_snapshot import AgentSnapshot
 from sokovan.manager.api.auth import CTX_KEY, principal_of, require_admin
 from sokovan.manager.api.common import PAGING, found, json_response, query_csv, query_limit, read_page
+from sokovan.manager.api.events import HUB_KEY
 from sokovan.manager.api.openapi import Param, Route
 from sokovan.manager.api.problems import Problem, not_found, parse_body
 from sokovan.manager.api.redact import shown_info
@@ -38,14 +41,19 @@ from sokovan.manager.repositories.tenancy import Principal
 
 M = TypeVar("M", bound=BaseModel)
 NODES_KEY = web.AppKey("node_controller", NodeController)
-PAGES_KEY = web.AppKey("agent_pages", AgentPages)
+SNAPSHOT_KEY = web.AppKey("agent_snapshot", AgentSnapshot)
 
 
 def setup(app: web.Application) -> None:
-    """The node controller the action routes use (the app's context must be set), and the cache
-    the list's pages are rendered from."""
+    """The node controller the action routes use, and the snapshot the list's pages are served
+    from (the app's context and event hub must be set)."""
     app[NODES_KEY] = NodeController(app[CTX_KEY])
-    app[PAGES_KEY] = AgentPages()
+    app[SNAPSHOT_KEY] = AgentSnapshot(AgentPages(), app[CTX_KEY].reads, app[HUB_KEY])
+    app.on_cleanup.insert(0, _close_snapshot)  # before the hub it listens to
+
+
+async def _close_snapshot(app: web.Application) -> None:
+    await app[SNAPSHOT_KEY].close()
 
 
 def _shown(agent: AgentOut, principal: Principal) -> AgentOut:
@@ -66,11 +74,12 @@ async def list_agents(request: web.Request) -> web.Response:
         raise Problem(400, "Bad query parameter", f"unknown agent status: {', '.join(bad)}")
     flt = agents_read.AgentFilter(statuses=statuses, scaling_group=request.query.get("scaling_group") or None)
     limit, cursor = query_limit(request), request.query.get("cursor") or None
-    async with request.app[CTX_KEY].reads.connect() as conn:
-        try:
-            return await request.app[PAGES_KEY].page(request, conn, principal, flt, limit, cursor)
-        except ValueError as exc:
-            raise Problem(400, "Bad query parameter", f"cursor: {exc}") from exc
+    snapshot = request.app[SNAPSHOT_KEY]
+    await snapshot.ready()
+    try:
+        return snapshot.pages.page(request, principal, flt, limit, cursor)
+    except ValueError as exc:
+        raise Problem(400, "Bad query parameter", f"cursor: {exc}") from exc
 
 
 async def _view(request: web.Request, agent_id: str) -> AgentOut:
@@ -122,6 +131,7 @@ async def _act(request: web.Request, principal: Principal, node_request: NodeReq
         await request.app[NODES_KEY].act(principal, agent_id, node_request)
     except AgentStateConflict as exc:
         return _conflict(exc)
+    request.app[SNAPSHOT_KEY].touch(agent_id)
     return json_response(await _view(request, agent_id))
 
 

@@ -1,21 +1,20 @@
-"""Marks of agents for the cached `GET /v2/agents` pages (`manager/api/agent_pages.py`): per agent,
-a mark of what its page entry shows of its own row but the heartbeat (`state`), one of its live
-kernels (`occupancy`: its occupied slots and kernel count derive from them) and one of the
-heartbeat's own fields (`beat`), from one statement that reads each agent's row
-and, through `ix_kernels_agent_status`, its live kernels only. A page whose marks are the ones a
-worker has already rendered costs that statement and nothing else; it never grows with how many
+"""Marks of agents for the `GET /v2/agents` snapshot (`manager/api/agent_snapshot.py`): per agent,
+a mark of what its entry shows of its own row but the heartbeat (`state`), one of its live kernels
+(`occupancy`: its occupied slots and kernel count derive from them) and one of the heartbeat's own
+fields (`beat`), from one statement that reads each agent's row and, through
+`ix_kernels_agent_status`, its live kernels only: for the whole fleet (`fleet_marks`, the
+snapshot's sweep) or for the agents events named (`marks_of`). Neither grows with how many
 sessions the cluster has run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from sokovan.manager.repositories.agents_read import AgentFilter
-from sokovan.manager.repositories.paging import decode_cursor, encode_cursor
 from sokovan.state.occupancy import slot_holding
 
 # Every column `agents_read._view` shows, split into the heartbeat's own (its sequence, time, health
@@ -25,8 +24,7 @@ from sokovan.state.occupancy import slot_holding
 # good for telling a change (a digest, not a secret); each mark is one such hash, seeded with the
 # microseconds of a timestamp it covers (formatting timestamps as text cost PostgreSQL more than
 # the rest of the statement, and formatting them in Python cost the manager more than the
-# statement). The page is picked first, so only its rows are hashed, whichever plan PostgreSQL
-# picks for the paging.
+# statement). Ids come in bytewise order (`COLLATE "C"`), the order Python sorts them in.
 _MARKS = """
     SELECT a.id,
            hashtextextended(concat_ws('|', a.status, a.status_info::text, a.agent_class,
@@ -38,11 +36,11 @@ _MARKS = """
                 FROM kernels k WHERE k.agent_id = a.id AND k.status = ANY(:live)), ''), 0) AS occupancy,
            hashtextextended(concat_ws('|', a.heartbeat_seq, a.health::text, a.devices::text),
                 COALESCE(CAST(EXTRACT(EPOCH FROM a.last_heartbeat_at) * 1000000 AS bigint), 0)) AS beat
-    FROM (
-        SELECT * FROM agents a WHERE a.id > :after {statuses} {group} ORDER BY a.id LIMIT :limit
-    ) a
-    ORDER BY a.id
+    FROM agents a {where}
+    ORDER BY a.id COLLATE "C"
 """
+_FLEET = text(_MARKS.format(where=""))
+_SOME = text(_MARKS.format(where="WHERE a.id = ANY(:ids)"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,24 +51,15 @@ class AgentMark:
     beat: int  # last_heartbeat_at, heartbeat_seq, health and devices, as one hash
 
 
-async def page_marks(
-    conn: AsyncConnection, flt: AgentFilter, limit: int, cursor: str | None
-) -> tuple[list[AgentMark], str | None]:
-    """The marks of one page of agents by id (the page `agents_read.list_agents` would give) and
-    the cursor of the next page; a cursor it cannot read is a ValueError."""
-    after = ""
-    if cursor is not None:
-        key = decode_cursor(cursor).get("id")
-        if not isinstance(key, str):
-            raise ValueError("malformed cursor")
-        after = key
-    params: dict[str, object] = {"live": slot_holding(), "after": after, "limit": limit + 1}
-    statuses = group = ""
-    if flt.statuses:
-        statuses, params["statuses"] = "AND a.status = ANY(:statuses)", list(flt.statuses)
-    if flt.scaling_group is not None:
-        group, params["group"] = "AND a.scaling_group = :group", flt.scaling_group
-    rows = (await conn.execute(text(_MARKS.format(statuses=statuses, group=group)), params)).all()
-    marks = [AgentMark(*r) for r in rows[:limit]]
-    more = len(rows) > limit
-    return marks, encode_cursor({"id": marks[-1].id}) if more and marks else None
+async def fleet_marks(conn: AsyncConnection) -> list[AgentMark]:
+    """Every agent's marks, in bytewise order of id."""
+    rows = (await conn.execute(_FLEET, {"live": slot_holding()})).all()
+    return [AgentMark(*r) for r in rows]
+
+
+async def marks_of(conn: AsyncConnection, agent_ids: Collection[str]) -> list[AgentMark]:
+    """The marks of those of `agent_ids` that exist (none read for no ids)."""
+    if not agent_ids:
+        return []
+    rows = (await conn.execute(_SOME, {"live": slot_holding(), "ids": list(agent_ids)})).all()
+    return [AgentMark(*r) for r in rows]

@@ -1,0 +1,220 @@
+"""A worker's snapshot of the fleet behind `GET /v2/agents`, kept fresh by the events the manager
+already publishes, so that a poll costs no statement however busy PostgreSQL is.
+
+The first `GET /v2/agents` a worker serves starts a follower: a listener of the user events that
+name an agent (`kernel.status` with its agent, `agent.status`; one subscription per worker,
+`UserEventHub`), then a sweep (`agent_marks.fleet_marks`, one statement for the whole fleet) that
+brings every rendered entry up to date (`AgentPages.refresh`). From then on:
+
+- the agents events named are read again (`agent_marks.marks_of`, their entries patched) at once
+  after a calm, and under a stream of events at most every `MIN_GAP_S` or `DUTY` times as long as
+  the last such refresh took, whichever is longer, so the snapshot's own work stays a small share
+  of a busy worker;
+- the whole fleet is swept again every `SWEEP_S`, for what changes without an event (heartbeat
+  fields, a new agent's first row, a write by hand) and as the safety net behind a lost message;
+- a request that comes while such a refresh is under way waits for it, at most `FRESH_WAIT_S`; one
+  that comes after an agent's own state changed (an `agent.*` event, an operator action in this
+  worker: `touch`) waits until the snapshot holds it, however long that takes;
+- without a listener (the first request, Redis away, a listener the hub ended) every request sweeps
+  the fleet itself before it is served, as consistent as reading the rows directly.
+
+The follower stops once no page was asked for `IDLE_S` (its entries are kept for the next one), and
+sweeps afresh when it starts again. An error reading PostgreSQL ends the follower's live state
+until a sweep succeeds: meanwhile requests sweep for themselves and fail as any read would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from typing import Any
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from sokovan.bus.user_event_hub import Listener, UserEventHub
+from sokovan.bus.user_events import UserEvent
+from sokovan.common.supervise import describe
+from sokovan.manager.api.agent_pages import AgentPages
+from sokovan.manager.repositories.agent_marks import fleet_marks, marks_of
+
+log = structlog.get_logger(__name__)
+
+SWEEP_S = 1.0  # the whole fleet's marks read again at least this often while pages are asked for
+MIN_GAP_S = 0.25  # between two refreshes of what events named, under a stream of events
+DUTY = 20.0  # ...and at least this many times as long as the last one took
+FRESH_WAIT_S = 0.01  # how long a request waits for a refresh under way before it is served
+IDLE_S = 30.0  # no page asked for this long: the follower stops
+RETRY_S = 1.0  # after the hub or PostgreSQL failed the follower
+
+
+def _names_an_agent(event: UserEvent) -> bool:
+    return event.agent_id is not None
+
+
+class AgentSnapshot:
+    """`ready()` before each page; `touch()` after an action on an agent here; `close()` at the
+    app's end."""
+
+    def __init__(self, pages: AgentPages, reads: AsyncEngine, hub: UserEventHub) -> None:
+        self.pages = pages
+        self._reads = reads
+        self._hub = hub
+        self._lock = asyncio.Lock()  # one refresh at a time
+        self._dirty: set[str] = set()  # agents named since the last refresh began
+        self._changed = 0  # agent state changes seen (their events, actions here)
+        self._covered = 0  # ...of which the last finished refresh holds
+        self._listener: Listener | None = None
+        self._live = False  # a listener open and a sweep done since it was
+        self._task: asyncio.Task[None] | None = None
+        self._woken = asyncio.Event()
+        self._named: asyncio.Event | None = None  # set when the refresh of named agents under way ends
+        self._asked = 0.0
+        self._closed = False
+        self._swept = -math.inf  # loop time the last sweep began
+        self._last_end = -math.inf  # loop time the last refresh of named agents ended
+        self._last_took = 0.0
+
+    @property
+    def live(self) -> bool:
+        return self._live
+
+    def touch(self, agent_id: str) -> None:
+        """An agent's own state changed here: the next page waits until the snapshot holds it."""
+        self._dirty.add(agent_id)
+        self._changed += 1
+        self._woken.set()
+
+    async def ready(self) -> None:
+        """The snapshot as fresh as a page needs it (see the module's doc); a sweep's error is
+        raised to the request."""
+        loop = asyncio.get_running_loop()
+        self._asked = loop.time()
+        if not self._closed and (self._task is None or self._task.done()):
+            self._task = asyncio.create_task(self._follow(), name="agent-snapshot")
+        if not self._live:
+            await self._refresh(whole=True)
+            return
+        self._take_events()
+        if self._covered < self._changed:
+            await self._refresh(whole=False, need=self._changed)
+        elif self._named is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._named.wait()), FRESH_WAIT_S)
+
+    async def close(self) -> None:
+        self._closed = True  # a cancel that `wait_for` swallows still ends the follower
+        self._woken.set()
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _gap_left(self, now: float) -> float:
+        return self._last_end + max(MIN_GAP_S, DUTY * self._last_took) - now
+
+    def _take_events(self) -> None:
+        """The events the listener holds, into the dirty set; a listener the hub ended is dropped
+        (events may have been missed: not live until a sweep after a new one)."""
+        listener = self._listener
+        if listener is None:
+            return
+        while self._listener is not None and not listener.queue.empty():
+            self._note(listener.queue.get_nowait())
+
+    def _note(self, event: UserEvent | None) -> None:
+        if event is None:
+            self._listener, self._live = None, False
+            return
+        assert event.agent_id is not None  # the listener's filter
+        self._dirty.add(event.agent_id)
+        if event.name.startswith("agent."):
+            self._changed += 1
+
+    async def _refresh(self, whole: bool, need: int | None = None) -> None:
+        """A sweep of the fleet (`whole`) or a read of the agents named since the last refresh."""
+        async with self._lock:
+            if need is not None and self._covered >= need:
+                return  # a refresh that ran meanwhile holds it
+            loop = asyncio.get_running_loop()
+            began, changed, named = loop.time(), self._changed, self._dirty
+            self._dirty = set()
+            done = asyncio.Event()
+            if not whole:
+                self._named = done
+            try:
+                async with self._reads.connect() as conn:
+                    marks = await (fleet_marks(conn) if whole else marks_of(conn, named))
+                    await self.pages.refresh(conn, marks, whole)
+            except BaseException:
+                self._dirty |= named  # still to be read
+                raise
+            finally:
+                self._named = None
+                done.set()
+            self._covered = max(self._covered, changed)
+            if whole:
+                self._swept = began
+            else:
+                self._last_end, self._last_took = loop.time(), loop.time() - began
+
+    def _wanted(self) -> bool:
+        return not self._closed and asyncio.get_running_loop().time() - self._asked < IDLE_S
+
+    async def _follow(self) -> None:
+        try:
+            while self._wanted():
+                try:
+                    await self._run()
+                except Exception as exc:
+                    log.warning("agent_snapshot.not_following", error=describe(exc))
+                    self._live = False
+                    await asyncio.sleep(RETRY_S)
+        finally:
+            self._live = False
+            listener, self._listener = self._listener, None
+            if listener is not None:
+                await self._hub.close_listener(listener)
+
+    async def _run(self) -> None:
+        """Follow until no page is asked for `IDLE_S`; raises on an error of the hub or a read."""
+        loop = asyncio.get_running_loop()
+        if self._listener is None:
+            self._listener = await self._hub.open(_names_an_agent)
+        await self._refresh(whole=True)
+        self._live = True
+        while self._wanted():
+            if self._listener is None:
+                return  # the hub ended it: a new one, and a sweep
+            now = loop.time()
+            sweep_in = self._swept + SWEEP_S - now
+            if sweep_in <= 0:
+                await self._refresh(whole=True)
+                continue
+            self._take_events()
+            gap = self._gap_left(now)
+            if self._dirty and (gap <= 0 or self._covered < self._changed):
+                await self._refresh(whole=False)
+            elif self._dirty:  # held back: events that come meanwhile join this refresh
+                await self._wait(min(sweep_in, gap), events=False)
+            else:
+                await self._wait(sweep_in, events=True)
+
+    async def _wait(self, seconds: float, events: bool) -> None:
+        """Until `seconds` pass, an action here wakes the follower, or (with `events`) an event
+        reaches the listener."""
+        listener = self._listener
+        assert listener is not None
+        self._woken.clear()
+        woken = asyncio.ensure_future(self._woken.wait())
+        got = asyncio.ensure_future(listener.queue.get()) if events else None
+        waits: list[asyncio.Future[Any]] = [woken] if got is None else [woken, got]
+        try:
+            await asyncio.wait(waits, timeout=max(seconds, 0.0), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        if got is not None and got.done() and not got.cancelled():
+            self._note(got.result())
