@@ -4,7 +4,8 @@ Sizes come from the environment: BENCH_AGENTS (1000), BENCH_SESSIONS (10000), BE
 (64), BENCH_STEADY_RATE (200), BENCH_STEADY_SECONDS (15), BENCH_LOW_RATE (20: a second, light
 steady run; 0 skips it), BENCH_MANAGER_WORKERS (auto: `sokovan manager` as shipped, one worker per
 core), BENCH_OBSERVER (1: a `/v2/events` reader and a `GET /v2/agents` poll every second watch every
-phase, scripts/bench/observer.py; 0: unwatched), BENCH_REPEAT (3 rounds, each on a fresh cluster;
+phase, scripts/bench/observer.py, its page reads' latency also per phase as
+`observer_<phase>_agents_get_*`; 0: unwatched), BENCH_REPEAT (3 rounds, each on a fresh cluster;
 medians are reported), BENCH_IDLE_SECONDS (60: the manager's CPU at rest with the fleet and the
 observer, per minute; 0 skips it), measured after BENCH_IDLE_SETTLE seconds (10: the fleet's
 registrations and the observer's first full pages are over; that first stretch is reported on its
@@ -34,6 +35,7 @@ import asyncio
 import os
 import platform
 import statistics
+import time
 from typing import Any
 
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -46,7 +48,7 @@ from scripts.bench.deployments import HEALTH, deployments_phase
 from scripts.bench.hops import LaneCycles, hop_table
 from scripts.bench.load import burst, hold_agents, milestones, steady, wait_until
 from scripts.bench.node_failure import RETRY_DEFAULT, TIMINGS, node_failure_phase
-from scripts.bench.observer import Observer
+from scripts.bench.observer import Observer, during
 from scripts.bench.partitions import partitions_phase
 from scripts.bench.serving import serving_phase
 from scripts.bench.serving import settings as serving_settings
@@ -76,6 +78,7 @@ async def one_round(
 ) -> dict[str, Any]:
     """A fresh database, manager and fleet; a steady run, the deployments phase, then a burst."""
     out: dict[str, Any] = {}
+    phases: dict[str, tuple[float, float]] = {}  # wall-clock windows, for the observer's figures
     cluster = BenchCluster(agents, slots="cpu=16,mem=64g", workers=workers, doomed=doomed)
     observer: Observer | None = None
     try:
@@ -98,7 +101,9 @@ async def one_round(
         # Steady run first, with short sessions, so the burst starts on an empty cluster.
         lanes = LaneCycles(cluster.api, worker_count(workers))
         await lanes.start()
+        began = time.time()
         ids = await steady(cluster.api, cluster.token, rate, steady_s, "sleep 1")
+        phases["steady"] = (began, time.time())
         await wait_until(cluster.engine, ids, ("TERMINATED",), within=300)
         out.update({f"steady_{k}": v for k, v in (await lanes.stop()).items()})
         m = await milestones(cluster.engine, ids)
@@ -106,7 +111,9 @@ async def one_round(
         out["steady_create_to_running_p99_ms"] = m["create_to_running_p99_ms"]
         out.update({f"steady_{k}": v for k, v in (await hop_table(cluster.engine, ids)).items()})
         if low_rate > 0:
+            began = time.time()
             ids = await steady(cluster.api, cluster.token, low_rate, steady_s, "sleep 1")
+            phases["low_rate"] = (began, time.time())
             await wait_until(cluster.engine, ids, ("TERMINATED",), within=300)
             m = await milestones(cluster.engine, ids)
             out["low_rate_create_to_running_p50_ms"] = m["create_to_running_p50_ms"]
@@ -118,11 +125,15 @@ async def one_round(
         # at once, so that placement and start-up are measured on a full queue rather than at
         # the pace of the REST clients.
         await hold_agents(cluster.engine, held=True)
+        began = time.time()
         load = await burst(cluster.api, cluster.token, sessions, concurrency, "sleep 3600")
+        phases["creates"] = (began, time.time())
         rss = cluster.manager_rss_mib()  # every session PENDING, every agent registered
+        began = time.time()
         released = await hold_agents(cluster.engine, held=False)
         await cluster.hint()
         await wait_until(cluster.engine, load["ids"], ("RUNNING",), within=900)
+        phases["release"] = (began, time.time())
         m = await milestones(cluster.engine, load["ids"], since=released)
         out.update(
             creates_per_s=load["creates_per_s"],
@@ -140,6 +151,9 @@ async def one_round(
         if observer is not None:
             seen = await observer.stop()
             out.update({f"observer_{k}": v for k, v in seen.items() if isinstance(v, int | float)})
+            for phase, (start, end) in phases.items():
+                got = during(seen, start, end)
+                out.update({f"observer_{phase}_agents_get_{k}": v for k, v in got.items()})
         await cluster.stop()
     return out
 

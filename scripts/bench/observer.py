@@ -4,7 +4,9 @@ its cost lands on the manager and not on the load generator's event loop.
 
 `Observer(api, token).start()` runs `python -m scripts.bench.observer` for the phase; `stop()`
 ends it and returns what it saw: events and bytes read, the page reads' latency (p50, p99, max, ms),
-how many of them were 304s and how many failed (an answer other than 200 or 304 counts as failed).
+how many of them were 304s and how many failed (an answer other than 200 or 304 counts as failed),
+and every read's start (wall clock) and latency as `samples`, from which `during()` gives the
+latency within one phase.
 The poller keeps each page's tag and next cursor, as a dashboard keeps what it shows.
 BENCH_OBSERVER=0 runs the phases unwatched.
 """
@@ -62,10 +64,18 @@ def _pct(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1)
 
 
+def during(seen: dict[str, Any], start: float, end: float) -> dict[str, float]:
+    """The page reads' latency (p50, p99, ms) and count among those begun between `start` and
+    `end` (wall clock)."""
+    latencies = [took for at, took in seen.get("samples", []) if start <= at <= end]
+    return {"p50_ms": _pct(latencies, 0.5), "p99_ms": _pct(latencies, 0.99), "reads": len(latencies)}
+
+
 async def _watch(api: str, token: str, stop: asyncio.Event) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {token}"}
     seen: dict[str, Any] = {"events": 0, "event_bytes": 0, "polls": 0, "not_modified": 0, "poll_errors": 0}
     latencies: list[float] = []
+    samples: list[tuple[float, float]] = []  # (wall-clock start, seconds) of every page read
 
     async def read_events(http: aiohttp.ClientSession) -> None:
         while not stop.is_set():
@@ -83,12 +93,13 @@ async def _watch(api: str, token: str, stop: asyncio.Event) -> dict[str, Any]:
     ) -> str | None:
         """One page, sent with the tag it had last time; the next page's cursor (the one the page
         held last time when it is unchanged)."""
-        began = time.perf_counter()
+        began, at = time.perf_counter(), time.time()
         tag, last_cursor = held.get(query, ("", None))
         wanted = {**headers, "If-None-Match": tag} if tag else headers
         async with http.get(f"{api}/v2/agents?{query}", headers=wanted) as resp:
             body = await resp.read()
             latencies.append(time.perf_counter() - began)
+            samples.append((at, latencies[-1]))
             seen["polls"] += 1
             if resp.status == 304:
                 seen["not_modified"] += 1
@@ -123,6 +134,7 @@ async def _watch(api: str, token: str, stop: asyncio.Event) -> dict[str, Any]:
     seen["agents_get_p50_ms"] = _pct(latencies, 0.5)
     seen["agents_get_p99_ms"] = _pct(latencies, 0.99)
     seen["agents_get_max_ms"] = round(max(latencies, default=float("nan")) * 1000, 1)
+    seen["samples"] = samples
     return seen
 
 
