@@ -12,8 +12,10 @@ brings every rendered entry up to date (`AgentPages.refresh`). From then on:
   of a busy worker;
 - the whole fleet is swept again every `SWEEP_S`, for what changes without an event (heartbeat
   fields, a new agent's first row, a write by hand) and as the safety net behind a lost message;
-- a request that comes while such a refresh is under way waits for it, at most `FRESH_WAIT_S`; one
-  that comes after an agent's own state changed (an `agent.*` event, an operator action in this
+- a request that comes while such a refresh is under way waits for it (at most `FRESH_WAIT_S`) when
+  the refresh is the first after a calm of `CALM_S`: under a stream of events a request is served
+  from the last refresh (at most the gap behind), never held up by the next; one that comes
+  after an agent's own state changed (an `agent.*` event, an operator action in this
   worker: `touch`) waits until the snapshot holds it, however long that takes;
 - without a listener (the first request, Redis away, a listener the hub ended) every request sweeps
   the fleet itself before it is served, as consistent as reading the rows directly.
@@ -28,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from typing import Any
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -45,6 +46,7 @@ SWEEP_S = 1.0  # the whole fleet's marks read again at least this often while pa
 MIN_GAP_S = 0.25  # between two refreshes of what events named, under a stream of events
 DUTY = 20.0  # ...and at least this many times as long as the last one took
 FRESH_WAIT_S = 0.01  # how long a request waits for a refresh under way before it is served
+CALM_S = 1.0  # ...when no refresh of named agents ended in the last this many seconds
 IDLE_S = 30.0  # no page asked for this long: the follower stops
 RETRY_S = 1.0  # after the hub or PostgreSQL failed the follower
 
@@ -93,10 +95,10 @@ class AgentSnapshot:
         self._asked = loop.time()
         if not self._closed and (self._task is None or self._task.done()):
             self._task = asyncio.create_task(self._follow(), name="agent-snapshot")
+        self._take_events()
         if not self._live:
             await self._refresh(whole=True)
             return
-        self._take_events()
         if self._covered < self._changed:
             await self._refresh(whole=False, need=self._changed)
         elif self._named is not None:
@@ -142,7 +144,7 @@ class AgentSnapshot:
             began, changed, named = loop.time(), self._changed, self._dirty
             self._dirty = set()
             done = asyncio.Event()
-            if not whole:
+            if not whole and began - self._last_end > CALM_S:
                 self._named = done
             try:
                 async with self._reads.connect() as conn:
@@ -197,24 +199,21 @@ class AgentSnapshot:
             gap = self._gap_left(now)
             if self._dirty and (gap <= 0 or self._covered < self._changed):
                 await self._refresh(whole=False)
-            elif self._dirty:  # held back: events that come meanwhile join this refresh
-                await self._wait(min(sweep_in, gap), events=False)
-            else:
-                await self._wait(sweep_in, events=True)
+            else:  # events that come while one is held back join it (and leave the hub's queue)
+                await self._wait(min(sweep_in, gap) if self._dirty else sweep_in)
 
-    async def _wait(self, seconds: float, events: bool) -> None:
-        """Until `seconds` pass, an action here wakes the follower, or (with `events`) an event
-        reaches the listener."""
+    async def _wait(self, seconds: float) -> None:
+        """Until `seconds` pass, an event reaches the listener, or an action here wakes the
+        follower."""
         listener = self._listener
         assert listener is not None
         self._woken.clear()
         woken = asyncio.ensure_future(self._woken.wait())
-        got = asyncio.ensure_future(listener.queue.get()) if events else None
-        waits: list[asyncio.Future[Any]] = [woken] if got is None else [woken, got]
+        got = asyncio.ensure_future(listener.queue.get())
         try:
-            await asyncio.wait(waits, timeout=max(seconds, 0.0), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((woken, got), timeout=max(seconds, 0.0), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for waiting in waits:
-                waiting.cancel()
-        if got is not None and got.done() and not got.cancelled():
+            woken.cancel()
+            got.cancel()
+        if got.done() and not got.cancelled():
             self._note(got.result())
