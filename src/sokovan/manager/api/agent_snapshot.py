@@ -21,8 +21,9 @@ brings every rendered entry up to date (`AgentPages.refresh`). From then on:
   the fleet itself before it is served, as consistent as reading the rows directly.
 
 The follower stops once no page was asked for `IDLE_S` (its entries are kept for the next one), and
-sweeps afresh when it starts again. An error reading PostgreSQL ends the follower's live state
-until a sweep succeeds: meanwhile requests sweep for themselves and fail as any read would.
+sweeps afresh when it starts again. An error of the hub or of a read ends the follower's live
+state until it has a listener again and a sweep succeeds (it retries with backoff): meanwhile
+requests sweep for themselves and fail as any read would.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.bus.user_event_hub import Listener, UserEventHub
 from sokovan.bus.user_events import UserEvent
-from sokovan.common.supervise import describe
+from sokovan.common.supervise import Backoff, describe
 from sokovan.manager.api.agent_pages import AgentPages
 from sokovan.manager.repositories.agent_marks import fleet_marks, marks_of
 
@@ -48,7 +49,6 @@ DUTY = 20.0  # ...and at least this many times as long as the last one took
 FRESH_WAIT_S = 0.01  # how long a request waits for a refresh under way before it is served
 CALM_S = 1.0  # ...when no refresh of named agents ended in the last this many seconds
 IDLE_S = 30.0  # no page asked for this long: the follower stops
-RETRY_S = 1.0  # after the hub or PostgreSQL failed the follower
 
 
 def _names_an_agent(event: UserEvent) -> bool:
@@ -77,6 +77,7 @@ class AgentSnapshot:
         self._swept = -math.inf  # loop time the last sweep began
         self._last_end = -math.inf  # loop time the last refresh of named agents ended
         self._last_took = 0.0
+        self._backoff = Backoff()  # after the hub or PostgreSQL failed the follower
 
     @property
     def live(self) -> bool:
@@ -173,7 +174,7 @@ class AgentSnapshot:
                 except Exception as exc:
                     log.warning("agent_snapshot.not_following", error=describe(exc))
                     self._live = False
-                    await asyncio.sleep(RETRY_S)
+                    await self._backoff.sleep()
         finally:
             self._live = False
             listener, self._listener = self._listener, None
@@ -186,7 +187,8 @@ class AgentSnapshot:
         if self._listener is None:
             self._listener = await self._hub.open(_names_an_agent)
         await self._refresh(whole=True)
-        self._live = True
+        self._live = self._listener is not None  # the hub may have ended it meanwhile
+        self._backoff.reset()
         while self._wanted():
             if self._listener is None:
                 return  # the hub ended it: a new one, and a sweep
