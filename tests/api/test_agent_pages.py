@@ -1,7 +1,8 @@
-"""`GET /v2/agents` from the worker's snapshot (`agent_snapshot`, `agent_pages`): the same page
-as the models give, a tag that ignores heartbeats but nothing else, what changes without an event
-on the page within a sweep, what an event names on it before any sweep, an action here on the very
-next page, every page read afresh while there is no listener, and pages and users kept apart."""
+"""`GET /v2/agents` (`agent_snapshot`, `agent_pages`): the same page as the models give, a tag
+that ignores heartbeats but nothing else; a calm fleet's pages read afresh (a change by hand is on
+the next page); a busy fleet's served from the entries, what an event names on them before any
+sweep, what has no event within a sweep, an action here on the very next page; every page read
+afresh while there is no listener; pages and users kept apart."""
 
 from __future__ import annotations
 
@@ -26,7 +27,13 @@ from sokovan.manager.repositories import agents_read
 from tests.api.conftest import Api, add_agent
 from tests.api.tenancy_helpers import place_kernels
 
-WITHIN_S = 10.0  # a sweep comes every agent_snapshot.SWEEP_S; this is the test's patience
+WITHIN_S = 10.0  # the test's patience for what the follower does in the background
+
+
+@pytest.fixture
+def busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages served from the entries as soon as the follower is live, whatever the events' rate."""
+    monkeypatch.setattr(agent_snapshot, "BUSY_EVENTS", 0)
 
 
 async def _page(api: Api, headers: dict[str, str], query: str = "") -> tuple[int, str, Any]:
@@ -141,24 +148,44 @@ async def test_new_kernels_patch_the_occupancy_as_a_full_render_would(api: Api) 
     assert (two["occupied_slots"]["cpu"], two["running_kernels"], two["heartbeat_seq"]) == ("3", 1, 9)
 
 
-async def test_what_changes_without_an_event_reaches_the_page_within_a_sweep(api: Api) -> None:
+async def test_a_calm_fleets_page_is_read_afresh(api: Api) -> None:
+    """With no stream of events, what changed (even by hand, with no event) is on the next page."""
+    await _following(api)
     _, tag, _ = await _page(api, api.admin)
     created = await api.create(api.alice, resources={"cpu": 2, "mem": "1g"})
     await place_kernels(api.engine, str((await created.json())["id"]), "agent-1", "RUNNING")
-    placed_tag, body = await _until(api, lambda b: _agent(b, "agent-1")["running_kernels"] == 1)
-    assert placed_tag != tag and _agent(body, "agent-1")["occupied_slots"]["cpu"] == "2"
+    _, placed_tag, body = await _page(api, api.admin)
+    assert placed_tag != tag
+    assert (_agent(body, "agent-1")["running_kernels"], _agent(body, "agent-1")["occupied_slots"]["cpu"]) == (
+        1,
+        "2",
+    )
 
     async with api.engine.begin() as conn:
         await conn.execute(update(Agent).where(Agent.id == "agent-2").values(schedulable=False))
-    held_tag, _ = await _until(api, lambda b: _agent(b, "agent-2")["schedulable"] is False)
-    assert held_tag != placed_tag
+    _, held_tag, body = await _page(api, api.admin)
+    assert held_tag != placed_tag and _agent(body, "agent-2")["schedulable"] is False
 
     await add_agent(api.engine, "agent-3")
-    _, body = await _until(api, lambda b: len(b["items"]) == 3)
+    _, _, body = await _page(api, api.admin)
     assert [a["id"] for a in body["items"]] == ["agent-1", "agent-2", "agent-3"]
 
 
-async def test_an_event_naming_an_agent_puts_it_on_the_page_before_any_sweep(
+@pytest.mark.usefixtures("busy")
+async def test_a_busy_fleets_page_gets_what_has_no_event_within_a_sweep(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(agent_snapshot, "SWEEP_S", 0.2)
+    await _following(api)
+    async with api.engine.begin() as conn:
+        await conn.execute(update(Agent).where(Agent.id == "agent-2").values(heartbeat_seq=11))
+    await add_agent(api.engine, "agent-3")
+    _, body = await _until(api, lambda b: len(b["items"]) == 3)
+    assert _agent(body, "agent-2")["heartbeat_seq"] == 11
+
+
+@pytest.mark.usefixtures("busy")
+async def test_an_event_naming_an_agent_puts_it_on_a_busy_page_before_any_sweep(
     api: Api, publisher: UserEventPublisher, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(agent_snapshot, "SWEEP_S", 3600.0)  # no sweep after the first
@@ -168,14 +195,15 @@ async def test_an_event_naming_an_agent_puts_it_on_the_page_before_any_sweep(
     await place_kernels(api.engine, sid, "agent-2", "RUNNING")
     await asyncio.sleep(0.5)
     _, _, body = await _page(api, api.admin)
-    assert _agent(body, "agent-2")["running_kernels"] == 0  # nothing told the snapshot yet
+    assert _agent(body, "agent-2")["running_kernels"] == 0  # served from the entries: nothing told them
     event = UserEvent(name="kernel.status", session_id=sid, agent_id="agent-2", to_status="RUNNING")
     await publisher.publish_many([event])
     _, body = await _until(api, lambda b: _agent(b, "agent-2")["running_kernels"] == 1)
     assert _agent(body, "agent-2")["occupied_slots"]["cpu"] == "3"
 
 
-async def test_an_action_here_is_on_the_next_page(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("busy")
+async def test_an_action_here_is_on_the_next_busy_page(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(agent_snapshot, "SWEEP_S", 3600.0)
     await _following(api)
     drained = await api.client.post("/v2/agents/agent-1/drain", json={"reason": "test"}, headers=api.admin)

@@ -6,8 +6,10 @@ digests per agent). `refresh()` brings entries up to newer marks (the snapshot's
 fleet, or the marks of the agents events named: `agent_snapshot`): an agent whose own row changed
 (or that is new here) is read and rendered whole; one whose live kernels or heartbeat alone moved
 (under load, or once per beat: the common cases) has only its occupancy or the heartbeat's fields
-read and put into its entry. `page()` then answers from the entries alone, without I/O: the page's
-entries joined, byte for byte what `AgentList.model_dump_json()` would give.
+read and put into its entry. `page()` then answers from the entries alone, without I/O;
+`read_page()` reads the page's own marks first (one statement) and brings its entries up to them,
+as consistent as reading the rows. Either way the page is its entries joined, byte for byte what
+`AgentList.model_dump_json()` would give.
 
 The `ETag` is weak: it names the page's agents with their `state` and `occupancy` marks (everything
 shown but the heartbeat's own fields), the next cursor, the query, who asks (a user is shown less), and the
@@ -24,7 +26,7 @@ import bisect
 import hashlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +38,7 @@ from sokovan.manager.api.admin_schemas import AgentOut
 from sokovan.manager.api.conditional import names_match
 from sokovan.manager.api.redact import shown_info
 from sokovan.manager.repositories import agents_read
-from sokovan.manager.repositories.agent_marks import AgentMark
+from sokovan.manager.repositories.agent_marks import AgentMark, page_marks
 from sokovan.manager.repositories.paging import decode_cursor, encode_cursor
 from sokovan.manager.repositories.tenancy import Principal
 
@@ -68,6 +70,11 @@ def _names_access_keys(value: object) -> bool:
 def _for_user(agent: AgentOut, principal: Principal) -> bytes:
     info = shown_info(agent.status_info, principal)
     return agent.model_copy(update={"rpc_addr": None, "status_info": info}).model_dump_json().encode()
+
+
+def _unchanged(request: web.Request, tag: str) -> bool:
+    wanted = request.headers.get("If-None-Match")
+    return wanted is not None and names_match(wanted, tag)
 
 
 class AgentPages:
@@ -145,13 +152,16 @@ class AgentPages:
             entry.occupancy, entry.beat = mark.occupancy, mark.beat
 
     @staticmethod
-    def tag(request: web.Request, principal: Principal, entries: list[_Entry], cursor: str | None) -> str:
+    def tag(
+        request: web.Request, principal: Principal, marks: Iterable[tuple[str, int, int]], cursor: str | None
+    ) -> str:
+        """The page's weak tag from its agents' (id, state, occupancy) marks."""
         digest = hashlib.blake2b(digest_size=16)
         who = "admin" if principal.is_admin else f"user:{principal.access_key}"
         window = int(time.time() // BEAT_EPOCH_S)
         digest.update(f"agents|{who}|{request.query_string}|{cursor}|{window}".encode())
-        for entry in entries:
-            digest.update(f"|{entry.agent.id}:{entry.state}:{entry.occupancy}".encode())
+        for agent_id, state, occupancy in marks:
+            digest.update(f"|{agent_id}:{state}:{occupancy}".encode())
         return 'W/"' + digest.hexdigest() + '"'
 
     def _selected(
@@ -190,9 +200,38 @@ class AgentPages:
         """The page as the entries hold it, or 304 when the request's `If-None-Match` names its
         tag. A cursor this module did not hand out raises ValueError."""
         entries, next_cursor = self._selected(flt, limit, cursor)
-        tag = self.tag(request, principal, entries, next_cursor)
-        wanted = request.headers.get("If-None-Match")
-        if wanted is not None and names_match(wanted, tag):
+        tag = self.tag(request, principal, ((e.agent.id, e.state, e.occupancy) for e in entries), next_cursor)
+        return self._answer(request, principal, tag, entries, next_cursor)
+
+    async def read_page(
+        self,
+        conn: AsyncConnection,
+        request: web.Request,
+        principal: Principal,
+        flt: agents_read.AgentFilter,
+        limit: int,
+        cursor: str | None,
+    ) -> web.Response:
+        """The page as PostgreSQL holds it now: its marks read, its entries brought up to them
+        (the caller runs no other refresh meanwhile). A cursor this module did not hand out raises
+        ValueError."""
+        marks, next_cursor = await page_marks(conn, flt, limit, cursor)
+        tag = self.tag(request, principal, ((m.id, m.state, m.occupancy) for m in marks), next_cursor)
+        if _unchanged(request, tag):  # nothing to read or render
+            return web.Response(status=304, headers={"ETag": tag})
+        await self.refresh(conn, marks, whole=False)
+        entries = [self._entries[m.id] for m in marks if m.id in self._entries]
+        return self._answer(request, principal, tag, entries, next_cursor)
+
+    def _answer(
+        self,
+        request: web.Request,
+        principal: Principal,
+        tag: str,
+        entries: list[_Entry],
+        next_cursor: str | None,
+    ) -> web.Response:
+        if _unchanged(request, tag):
             return web.Response(status=304, headers={"ETag": tag})
         items = b",".join(self._json(entry, principal) for entry in entries)
         body = b'{"items":[' + items + b'],"next_cursor":' + json.dumps(next_cursor).encode() + b"}"

@@ -1,29 +1,30 @@
-"""A worker's snapshot of the fleet behind `GET /v2/agents`, kept fresh by the events the manager
-already publishes, so that a poll costs no statement however busy PostgreSQL is.
+"""How a worker answers `GET /v2/agents`: read afresh while the fleet is calm, from a snapshot kept
+fresh by the events the manager already publishes while it is busy, so that a poll under load
+costs no statement however busy PostgreSQL is.
 
-The first `GET /v2/agents` a worker serves starts a follower: a listener of the user events that
-name an agent (`kernel.status` with its agent, `agent.status`; one subscription per worker,
-`UserEventHub`), then a sweep (`agent_marks.fleet_marks`, one statement for the whole fleet) that
-brings every rendered entry up to date (`AgentPages.refresh`). From then on:
+The first page a worker serves starts a follower: a listener of the user events that name an
+agent (`kernel.status` with its agent, `agent.status`; one subscription per worker,
+`UserEventHub`). It counts them, and keeps the rendered entries (`AgentPages`) close behind them:
+the agents events named are read again (`agent_marks.marks_of`) at once after a calm, and under a
+stream at most every `MIN_GAP_S` or `DUTY` times as long as the last such refresh took, so its own
+work stays a small share of a busy worker.
 
-- the agents events named are read again (`agent_marks.marks_of`, their entries patched) at once
-  after a calm, and under a stream of events at most every `MIN_GAP_S` or `DUTY` times as long as
-  the last such refresh took, whichever is longer, so the snapshot's own work stays a small share
-  of a busy worker;
-- the whole fleet is swept again every `SWEEP_S`, for what changes without an event (heartbeat
-  fields, a new agent's first row, a write by hand) and as the safety net behind a lost message;
-- a request that comes while such a refresh is under way waits for it (at most `FRESH_WAIT_S`) when
-  the refresh is the first after a calm of `CALM_S`: under a stream of events a request is served
-  from the last refresh (at most the gap behind), never held up by the next; one that comes
-  after an agent's own state changed (an `agent.*` event, an operator action in this
-  worker: `touch`) waits until the snapshot holds it, however long that takes;
-- without a listener (the first request, Redis away, a listener the hub ended) every request sweeps
-  the fleet itself before it is served, as consistent as reading the rows directly.
+- **Calm** (fewer than `BUSY_EVENTS` such events in the last one to two seconds): each page reads
+  its own marks first (`AgentPages.read_page`, one statement), as consistent as reading the rows:
+  a session seen RUNNING or ended is on the agents' page that comes after.
+- **Busy**: pages are served from the entries, without I/O. The follower sweeps the whole fleet
+  (`agent_marks.fleet_marks`, one statement) every `SWEEP_S` while busy and every `CALM_SWEEP_S`
+  while calm, for what changes without an event (heartbeat fields, a new agent's first row, a
+  write by hand) and as the safety net behind a lost message, so the entries are ready when a
+  stream begins; a page is served from them only while the last sweep is recent enough. A
+  page that comes after an agent's own state changed (an `agent.*` event, an operator action in
+  this worker: `touch`) waits until the entries hold it. Occupancy then lags the events by at most
+  the gap and one refresh: under such a stream, a page read a moment later differs anyway.
 
-The follower stops once no page was asked for `IDLE_S` (its entries are kept for the next one), and
-sweeps afresh when it starts again. An error of the hub or of a read ends the follower's live
-state until it has a listener again and a sweep succeeds (it retries with backoff): meanwhile
-requests sweep for themselves and fail as any read would.
+Without a listener (Redis away, the hub ended it) every page is read afresh. The follower stops once
+no page was asked for `IDLE_S` (the entries are kept for the next one). An error of the hub or of a
+read ends its live state until it has a listener again and a sweep succeeds (it retries with
+backoff); meanwhile pages are read afresh and fail as any read would.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import contextlib
 import math
 
 import structlog
+from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.bus.user_event_hub import Listener, UserEventHub
@@ -40,14 +42,16 @@ from sokovan.bus.user_events import UserEvent
 from sokovan.common.supervise import Backoff, describe
 from sokovan.manager.api.agent_pages import AgentPages
 from sokovan.manager.repositories.agent_marks import fleet_marks, marks_of
+from sokovan.manager.repositories.agents_read import AgentFilter
+from sokovan.manager.repositories.tenancy import Principal
 
 log = structlog.get_logger(__name__)
 
-SWEEP_S = 1.0  # the whole fleet's marks read again at least this often while pages are asked for
+BUSY_EVENTS = 200  # events naming agents in the current and the last whole second: busy
+SWEEP_S = 1.0  # the whole fleet's marks read again at least this often while busy
+CALM_SWEEP_S = 5.0  # ...and while calm
 MIN_GAP_S = 0.25  # between two refreshes of what events named, under a stream of events
 DUTY = 20.0  # ...and at least this many times as long as the last one took
-FRESH_WAIT_S = 0.01  # how long a request waits for a refresh under way before it is served
-CALM_S = 1.0  # ...when no refresh of named agents ended in the last this many seconds
 IDLE_S = 30.0  # no page asked for this long: the follower stops
 
 
@@ -56,8 +60,8 @@ def _names_an_agent(event: UserEvent) -> bool:
 
 
 class AgentSnapshot:
-    """`ready()` before each page; `touch()` after an action on an agent here; `close()` at the
-    app's end."""
+    """`page()` answers a `GET /v2/agents`; `touch()` after an action on an agent here; `close()`
+    at the app's end."""
 
     def __init__(self, pages: AgentPages, reads: AsyncEngine, hub: UserEventHub) -> None:
         self.pages = pages
@@ -67,11 +71,13 @@ class AgentSnapshot:
         self._dirty: set[str] = set()  # agents named since the last refresh began
         self._changed = 0  # agent state changes seen (their events, actions here)
         self._covered = 0  # ...of which the last finished refresh holds
+        self._second = 0  # the whole second of the loop's clock the count below is for
+        self._this_second = 0  # events named agents in it
+        self._last_second = 0  # ...and in the one before
         self._listener: Listener | None = None
         self._live = False  # a listener open and a sweep done since it was
         self._task: asyncio.Task[None] | None = None
         self._woken = asyncio.Event()
-        self._named: asyncio.Event | None = None  # set when the refresh of named agents under way ends
         self._asked = 0.0
         self._closed = False
         self._swept = -math.inf  # loop time the last sweep began
@@ -83,28 +89,34 @@ class AgentSnapshot:
     def live(self) -> bool:
         return self._live
 
+    def busy(self) -> bool:
+        """Whether pages are served from the entries now (see the module's doc)."""
+        now = asyncio.get_running_loop().time()
+        self._count(now, 0)
+        fresh = now - self._swept <= SWEEP_S + CALM_SWEEP_S
+        return self._live and fresh and self._this_second + self._last_second >= BUSY_EVENTS
+
     def touch(self, agent_id: str) -> None:
-        """An agent's own state changed here: the next page waits until the snapshot holds it."""
+        """An agent's own state changed here: the next page waits until the entries hold it."""
         self._dirty.add(agent_id)
         self._changed += 1
         self._woken.set()
 
-    async def ready(self) -> None:
-        """The snapshot as fresh as a page needs it (see the module's doc); a sweep's error is
-        raised to the request."""
-        loop = asyncio.get_running_loop()
-        self._asked = loop.time()
+    async def page(
+        self, request: web.Request, principal: Principal, flt: AgentFilter, limit: int, cursor: str | None
+    ) -> web.Response:
+        """One page (see the module's doc); a cursor this worker did not hand out raises ValueError,
+        a read's error is raised as it is."""
+        self._asked = asyncio.get_running_loop().time()
         if not self._closed and (self._task is None or self._task.done()):
             self._task = asyncio.create_task(self._follow(), name="agent-snapshot")
         self._take_events()
-        if not self._live:
-            await self._refresh(whole=True)
-            return
+        if not self.busy():
+            async with self._lock, self._reads.connect() as conn:
+                return await self.pages.read_page(conn, request, principal, flt, limit, cursor)
         if self._covered < self._changed:
             await self._refresh(whole=False, need=self._changed)
-        elif self._named is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._named.wait()), FRESH_WAIT_S)
+        return self.pages.page(request, principal, flt, limit, cursor)
 
     async def close(self) -> None:
         self._closed = True  # a cancel that `wait_for` swallows still ends the follower
@@ -114,6 +126,13 @@ class AgentSnapshot:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+    def _count(self, now: float, events: int) -> None:
+        second = int(now)
+        if second != self._second:
+            self._last_second = self._this_second if second == self._second + 1 else 0
+            self._second, self._this_second = second, 0
+        self._this_second += events
 
     def _gap_left(self, now: float) -> float:
         return self._last_end + max(MIN_GAP_S, DUTY * self._last_took) - now
@@ -133,6 +152,7 @@ class AgentSnapshot:
             return
         assert event.agent_id is not None  # the listener's filter
         self._dirty.add(event.agent_id)
+        self._count(asyncio.get_running_loop().time(), 1)
         if event.name.startswith("agent."):
             self._changed += 1
 
@@ -144,9 +164,6 @@ class AgentSnapshot:
             loop = asyncio.get_running_loop()
             began, changed, named = loop.time(), self._changed, self._dirty
             self._dirty = set()
-            done = asyncio.Event()
-            if not whole and began - self._last_end > CALM_S:
-                self._named = done
             try:
                 async with self._reads.connect() as conn:
                     marks = await (fleet_marks(conn) if whole else marks_of(conn, named))
@@ -154,9 +171,6 @@ class AgentSnapshot:
             except BaseException:
                 self._dirty |= named  # still to be read
                 raise
-            finally:
-                self._named = None
-                done.set()
             self._covered = max(self._covered, changed)
             if whole:
                 self._swept = began
@@ -192,17 +206,19 @@ class AgentSnapshot:
         while self._wanted():
             if self._listener is None:
                 return  # the hub ended it: a new one, and a sweep
+            self._take_events()
             now = loop.time()
-            sweep_in = self._swept + SWEEP_S - now
+            self._count(now, 0)
+            streaming = self._this_second + self._last_second >= BUSY_EVENTS
+            sweep_in = self._swept + (SWEEP_S if streaming else CALM_SWEEP_S) - now
             if sweep_in <= 0:
                 await self._refresh(whole=True)
                 continue
-            self._take_events()
             gap = self._gap_left(now)
             if self._dirty and (gap <= 0 or self._covered < self._changed):
                 await self._refresh(whole=False)
             else:  # events that come while one is held back join it (and leave the hub's queue)
-                await self._wait(min(sweep_in, gap) if self._dirty else sweep_in)
+                await self._wait(min(sweep_in, gap, SWEEP_S) if self._dirty else min(sweep_in, SWEEP_S))
 
     async def _wait(self, seconds: float) -> None:
         """Until `seconds` pass, an event reaches the listener, or an action here wakes the

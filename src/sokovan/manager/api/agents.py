@@ -74,10 +74,8 @@ async def list_agents(request: web.Request) -> web.Response:
         raise Problem(400, "Bad query parameter", f"unknown agent status: {', '.join(bad)}")
     flt = agents_read.AgentFilter(statuses=statuses, scaling_group=request.query.get("scaling_group") or None)
     limit, cursor = query_limit(request), request.query.get("cursor") or None
-    snapshot = request.app[SNAPSHOT_KEY]
-    await snapshot.ready()
     try:
-        return snapshot.pages.page(request, principal, flt, limit, cursor)
+        return await request.app[SNAPSHOT_KEY].page(request, principal, flt, limit, cursor)
     except ValueError as exc:
         raise Problem(400, "Bad query parameter", f"cursor: {exc}") from exc
 

@@ -2,9 +2,9 @@
 a mark of what its entry shows of its own row but the heartbeat (`state`), one of its live kernels
 (`occupancy`: its occupied slots and kernel count derive from them) and one of the heartbeat's own
 fields (`beat`), from one statement that reads each agent's row and, through
-`ix_kernels_agent_status`, its live kernels only: for the whole fleet (`fleet_marks`, the
-snapshot's sweep) or for the agents events named (`marks_of`). Neither grows with how many
-sessions the cluster has run.
+`ix_kernels_agent_status`, its live kernels only: for one page (`page_marks`, a page read
+afresh), the whole fleet (`fleet_marks`, the snapshot's sweep) or the agents events named
+(`marks_of`). None grows with how many sessions the cluster has run.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from sokovan.manager.repositories.agents_read import AgentFilter
+from sokovan.manager.repositories.paging import decode_cursor, encode_cursor
 from sokovan.state.occupancy import slot_holding
 
 # Every column `agents_read._view` shows, split into the heartbeat's own (its sequence, time, health
@@ -36,11 +38,14 @@ _MARKS = """
                 FROM kernels k WHERE k.agent_id = a.id AND k.status = ANY(:live)), ''), 0) AS occupancy,
            hashtextextended(concat_ws('|', a.heartbeat_seq, a.health::text, a.devices::text),
                 COALESCE(CAST(EXTRACT(EPOCH FROM a.last_heartbeat_at) * 1000000 AS bigint), 0)) AS beat
-    FROM agents a {where}
+    FROM ({agents}) a
     ORDER BY a.id COLLATE "C"
 """
-_FLEET = text(_MARKS.format(where=""))
-_SOME = text(_MARKS.format(where="WHERE a.id = ANY(:ids)"))
+_FLEET = text(_MARKS.format(agents="SELECT * FROM agents"))
+_SOME = text(_MARKS.format(agents="SELECT * FROM agents WHERE id = ANY(:ids)"))
+# A page is picked first, so only its rows are hashed, whichever plan PostgreSQL picks for the paging.
+_PAGE = """SELECT * FROM agents a WHERE a.id COLLATE "C" > :after {statuses} {group}
+           ORDER BY a.id COLLATE "C" LIMIT :limit"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +68,27 @@ async def marks_of(conn: AsyncConnection, agent_ids: Collection[str]) -> list[Ag
         return []
     rows = (await conn.execute(_SOME, {"live": slot_holding(), "ids": list(agent_ids)})).all()
     return [AgentMark(*r) for r in rows]
+
+
+async def page_marks(
+    conn: AsyncConnection, flt: AgentFilter, limit: int, cursor: str | None
+) -> tuple[list[AgentMark], str | None]:
+    """The marks of one page of agents by id, bytewise, and the cursor of the next page; a cursor
+    this module did not hand out is a ValueError."""
+    after = ""
+    if cursor is not None:
+        key = decode_cursor(cursor).get("id")
+        if not isinstance(key, str):
+            raise ValueError("malformed cursor")
+        after = key
+    params: dict[str, object] = {"live": slot_holding(), "after": after, "limit": limit + 1}
+    statuses = group = ""
+    if flt.statuses:
+        statuses, params["statuses"] = "AND a.status = ANY(:statuses)", list(flt.statuses)
+    if flt.scaling_group is not None:
+        group, params["group"] = "AND a.scaling_group = :group", flt.scaling_group
+    page = _PAGE.format(statuses=statuses, group=group)
+    rows = (await conn.execute(text(_MARKS.format(agents=page)), params)).all()
+    marks = [AgentMark(*r) for r in rows[:limit]]
+    more = len(rows) > limit
+    return marks, encode_cursor({"id": marks[-1].id}) if more and marks else None
