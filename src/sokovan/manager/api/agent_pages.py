@@ -38,8 +38,8 @@ from sokovan.manager.api.admin_schemas import AgentOut
 from sokovan.manager.api.conditional import names_match
 from sokovan.manager.api.redact import shown_info
 from sokovan.manager.repositories import agents_read
-from sokovan.manager.repositories.agent_marks import AgentMark, page_marks
-from sokovan.manager.repositories.paging import decode_cursor, encode_cursor
+from sokovan.manager.repositories.agent_marks import AgentMark, cursor_id, page_marks
+from sokovan.manager.repositories.paging import encode_cursor
 from sokovan.manager.repositories.tenancy import Principal
 
 BEAT_EPOCH_S = 10.0  # a 304 holds back heartbeat fields at most this long (the default interval)
@@ -169,12 +169,7 @@ class AgentPages:
     ) -> tuple[list[_Entry], str | None]:
         """The page's entries, in order of id, and the next page's cursor; a cursor this module
         did not hand out raises ValueError."""
-        start = 0
-        if cursor is not None:
-            after = decode_cursor(cursor).get("id")
-            if not isinstance(after, str):
-                raise ValueError("malformed cursor")
-            start = bisect.bisect_right(self._order, after)
+        start = 0 if cursor is None else bisect.bisect_right(self._order, cursor_id(cursor))
         wanted = set(flt.statuses)
         group = flt.scaling_group
         picked: list[_Entry] = []
@@ -201,7 +196,9 @@ class AgentPages:
         tag. A cursor this module did not hand out raises ValueError."""
         entries, next_cursor = self._selected(flt, limit, cursor)
         tag = self.tag(request, principal, ((e.agent.id, e.state, e.occupancy) for e in entries), next_cursor)
-        return self._answer(request, principal, tag, entries, next_cursor)
+        if _unchanged(request, tag):
+            return web.Response(status=304, headers={"ETag": tag})
+        return self._answer(principal, tag, entries, next_cursor)
 
     async def read_page(
         self,
@@ -221,18 +218,12 @@ class AgentPages:
             return web.Response(status=304, headers={"ETag": tag})
         await self.refresh(conn, marks, whole=False)
         entries = [self._entries[m.id] for m in marks if m.id in self._entries]
-        return self._answer(request, principal, tag, entries, next_cursor)
+        return self._answer(principal, tag, entries, next_cursor)
 
     def _answer(
-        self,
-        request: web.Request,
-        principal: Principal,
-        tag: str,
-        entries: list[_Entry],
-        next_cursor: str | None,
+        self, principal: Principal, tag: str, entries: list[_Entry], next_cursor: str | None
     ) -> web.Response:
-        if _unchanged(request, tag):
-            return web.Response(status=304, headers={"ETag": tag})
+        """A 200: the entries joined, under `tag`."""
         items = b",".join(self._json(entry, principal) for entry in entries)
         body = b'{"items":[' + items + b'],"next_cursor":' + json.dumps(next_cursor).encode() + b"}"
         return web.Response(body=body, content_type="application/json", headers={"ETag": tag})

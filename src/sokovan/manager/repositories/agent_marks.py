@@ -70,17 +70,21 @@ async def marks_of(conn: AsyncConnection, agent_ids: Collection[str]) -> list[Ag
     return [AgentMark(*r) for r in rows]
 
 
+def cursor_id(cursor: str) -> str:
+    """The id a page's cursor continues after; a cursor this module did not hand out is a
+    ValueError."""
+    key = decode_cursor(cursor).get("id")
+    if not isinstance(key, str):
+        raise ValueError("malformed cursor")
+    return key
+
+
 async def page_marks(
     conn: AsyncConnection, flt: AgentFilter, limit: int, cursor: str | None
 ) -> tuple[list[AgentMark], str | None]:
     """The marks of one page of agents by id, bytewise, and the cursor of the next page; a cursor
     this module did not hand out is a ValueError."""
-    after = ""
-    if cursor is not None:
-        key = decode_cursor(cursor).get("id")
-        if not isinstance(key, str):
-            raise ValueError("malformed cursor")
-        after = key
+    after = "" if cursor is None else cursor_id(cursor)
     params: dict[str, object] = {"live": slot_holding(), "after": after, "limit": limit + 1}
     statuses = group = ""
     if flt.statuses:
