@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.manager.repositories.session_inserts import _EXISTING
 from sokovan.orchestrator.maintenance.retention import _REMOVE
+from sokovan.orchestrator.provisioner.loader import _NOMINATED
 from tests.orchestrator.bulk_seed import bulk_sessions
 from tests.orchestrator.db_seed import Seed
 from tests.orchestrator.test_write_plans_db import plan_of
@@ -54,3 +55,43 @@ async def test_sessions_that_leave_the_columns_empty_have_no_entry_and_lookups_s
     unlink = next(sql for kind, sql in _REMOVE if kind == "parent_link")
     plan = await plan_of(engine, text(unlink), {"ids": [parent, uuid.uuid4()]})
     assert "ix_sessions_parent_session_id" in plan, plan
+
+
+async def test_placement_finds_the_nominated_among_thousands_waiting_through_their_own_index(
+    engine: AsyncEngine,
+) -> None:
+    """The placement cycle's read of the nominated sessions (`loader._NOMINATED`) reaches them by
+    the partial index that holds only them, also in a prepared statement's generic plan, and
+    returns exactly them."""
+    seed = await Seed(engine).tenancy()
+    await bulk_sessions(
+        engine, 3000, tag="w", access_key="AK1", user_id=seed.user_id, project_id=seed.project_id,
+        status=S.PENDING, kernel_status=K.PENDING, info='{"reason": "no agent has room"}',
+    )  # fmt: skip
+    await bulk_sessions(
+        engine, 1, tag="n", access_key="AK1", user_id=seed.user_id, project_id=seed.project_id,
+        status=S.PENDING, kernel_status=K.PENDING, info='{"nominated_agents": ["a1"]}',
+    )  # fmt: skip
+    await bulk_sessions(  # a nomination left on a session that has moved on is not the index's
+        engine, 1, tag="m", access_key="AK1", user_id=seed.user_id, project_id=seed.project_id,
+        status=S.CANCELLED, kernel_status=K.CANCELLED, info='{"nominated_agents": ["a1"]}',
+    )  # fmt: skip
+    async with engine.begin() as conn:
+        await conn.execute(text("ANALYZE sessions"))
+        size = await conn.scalar(text("SELECT pg_relation_size('ix_sessions_nominated')"))
+    assert size <= 2 * 8192, size  # one entry, not 3,000
+    plan = await plan_of(engine, _NOMINATED, {"names": ["default"]})
+    assert "ix_sessions_nominated" in plan, plan
+    async with engine.connect() as conn:  # the plan a prepared statement settles on, for any names
+        await conn.execute(text("SET plan_cache_mode = force_generic_plan"))
+        prepared = _NOMINATED.text.replace(":names", "$1")
+        await conn.exec_driver_sql(f"PREPARE nominated(text[]) AS {prepared}")
+        generic = "\n".join(
+            r[0] for r in await conn.exec_driver_sql("EXPLAIN (COSTS OFF) EXECUTE nominated('{default}')")
+        )
+        await conn.rollback()
+        names = [r.id for r in await conn.execute(_NOMINATED, {"names": ["default"]})]
+    assert "ix_sessions_nominated" in generic, generic
+    async with engine.connect() as conn:
+        nominee = await conn.scalar(text("SELECT id FROM sessions WHERE name = 'n-1'"))
+    assert names == [nominee]

@@ -30,7 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from sokovan.db import retry_rows
+from sokovan.db import nominated_rows, retry_rows
 from sokovan.db.base import EMPTY_JSON, Base, HandlerRun, created_at_column
 from sokovan.db.serving_models import Deployment as Deployment
 from sokovan.db.serving_models import DeploymentHistory as DeploymentHistory
@@ -223,6 +223,13 @@ class Session(Base):
         Index("ix_sessions_retry_undecided", "created_at", postgresql_where=text(retry_rows.UNDECIDED)),
         Index("ix_sessions_retry_scheduled", "created_at", postgresql_where=text(retry_rows.SCHEDULED)),
         Index("ix_sessions_retry_uncounted", "id", postgresql_where=text(retry_rows.UNCOUNTED_SUCCESS)),
+        # Placement reads the waiting sessions that carry a preemption nomination every cycle:
+        # without this, every PENDING session's status_info is read to find the few (migration 0019).
+        Index(
+            "ix_sessions_nominated",
+            "scaling_group",
+            postgresql_where=text(nominated_rows.NOMINATED),
+        ),
     )
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
     name: Mapped[str] = mapped_column(String(128), nullable=False)

@@ -21,16 +21,20 @@ def slot_holding() -> list[str]:
 
 
 # Per agent: one row per slot name with its sum, and one row (slot name NULL) with the kernel count.
+# The kernels of one agent that hold the same slots are counted first (`shapes`): a cluster runs
+# many kernels of a few shapes, and taking a document apart and parsing its numbers costs
+# PostgreSQL some microseconds per kernel (a third of the time at 2,000 kernels of one shape).
 _OCCUPANCY = """
-    WITH live AS (
-        SELECT k.agent_id, k.occupied_slots FROM kernels k
+    WITH shapes AS (
+        SELECT k.agent_id, k.occupied_slots, count(*) AS n FROM kernels k
         WHERE k.agent_id IS NOT NULL AND k.status = ANY(:live) {narrow}
+        GROUP BY k.agent_id, k.occupied_slots
     )
-    SELECT l.agent_id, s.key, sum(s.value::numeric) AS amount
-    FROM live l CROSS JOIN LATERAL jsonb_each_text(l.occupied_slots) AS s(key, value)
-    GROUP BY l.agent_id, s.key
+    SELECT g.agent_id, s.key, sum(s.value::numeric * g.n) AS amount
+    FROM shapes g CROSS JOIN LATERAL jsonb_each_text(g.occupied_slots) AS s(key, value)
+    GROUP BY g.agent_id, s.key
     UNION ALL
-    SELECT agent_id, NULL, count(*) FROM live GROUP BY agent_id
+    SELECT agent_id, NULL, sum(n) FROM shapes GROUP BY agent_id
 """
 _ALL = text(_OCCUPANCY.format(narrow=""))
 _SOME = text(_OCCUPANCY.format(narrow="AND k.agent_id = ANY(:agents)"))

@@ -28,8 +28,9 @@ from sokovan.state.occupancy import slot_holding
 
 _LOCK = text("SELECT id FROM agents WHERE id = ANY(CAST(:agents AS text[])) ORDER BY id FOR UPDATE")
 
-# The kernels to bind that are still free (locked), what the touched agents would hold with them,
-# the agents that would be past their room, and the bind itself only when all are free and none is.
+# The kernels to bind that are still free (locked), what the touched agents would hold with them
+# (the kernels of one shape counted first, as in `occupancy`), the agents that would be past their
+# room, and the bind itself only when all are free and none is.
 _BIND_IF_FITS = text(
     """
     WITH v AS (
@@ -45,12 +46,14 @@ _BIND_IF_FITS = text(
         WHERE k.agent_id = ANY(CAST(:agents AS text[])) AND k.status = ANY(CAST(:live AS text[]))
         UNION ALL
         SELECT agent, occupied_slots FROM free
+    ), shapes AS (
+        SELECT agent_id, occupied_slots, count(*) AS n FROM live GROUP BY agent_id, occupied_slots
     ), used AS (
-        SELECT l.agent_id, s.key, sum(s.value::numeric) AS amount
-        FROM live l CROSS JOIN LATERAL jsonb_each_text(l.occupied_slots) AS s(key, value)
-        GROUP BY l.agent_id, s.key
+        SELECT g.agent_id, s.key, sum(s.value::numeric * g.n) AS amount
+        FROM shapes g CROSS JOIN LATERAL jsonb_each_text(g.occupied_slots) AS s(key, value)
+        GROUP BY g.agent_id, s.key
     ), counts AS (
-        SELECT agent_id, count(*) AS n FROM live GROUP BY agent_id
+        SELECT agent_id, sum(n) AS n FROM shapes GROUP BY agent_id
     ), overfull AS (
         SELECT a.id FROM agents a
         WHERE a.id = ANY(CAST(:agents AS text[])) AND (

@@ -33,6 +33,7 @@ from sokovan.common.preemption import (
 )
 from sokovan.common.slots import ResourceSlots
 from sokovan.common.types import SessionStatus
+from sokovan.db import nominated_rows
 from sokovan.db.models import (
     Kernel,
     Session,
@@ -221,11 +222,12 @@ async def _load_candidates(conn: AsyncConnection, snapshots: dict[str, ScalingGr
         snapshots[sg].candidates.append(Candidate(sid, priority, True, created_at, tuple(kernels)))
 
 
-# PENDING sessions of the groups that carry a nomination (whether still in force is judged here).
+# PENDING sessions of the groups that carry a nomination (whether still in force is judged here),
+# through the partial index that holds only them (`db.nominated_rows`).
 _NOMINATED = text(
-    """
+    f"""
     SELECT id, scaling_group, priority, resources, status_info FROM sessions
-    WHERE scaling_group = ANY(CAST(:names AS text[])) AND status = :pending AND status_info ? :key
+    WHERE scaling_group = ANY(CAST(:names AS text[])) AND {nominated_rows.NOMINATED}
     ORDER BY id
     """
 )
@@ -233,8 +235,7 @@ _NOMINATED = text(
 
 async def _read_nominated(conn: AsyncConnection, names: Sequence[str]) -> list[Any]:
     """The rows of `_NOMINATED`: read with the first reads, as it needs only the groups' names."""
-    params = {"names": list(names), "pending": SessionStatus.PENDING.value, "key": NOMINATED_AGENTS}
-    return list((await conn.execute(_NOMINATED, params)).all())
+    return list((await conn.execute(_NOMINATED, {"names": list(names)})).all())
 
 
 Nominated = list[tuple[str, Nomination, ResourceSlots]]
