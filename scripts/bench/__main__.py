@@ -118,6 +118,7 @@ async def one_round(
             m = await milestones(cluster.engine, ids)
             out["low_rate_create_to_running_p50_ms"] = m["create_to_running_p50_ms"]
             out["low_rate_create_to_running_p99_ms"] = m["create_to_running_p99_ms"]
+            out.update({f"low_rate_{k}": v for k, v in (await hop_table(cluster.engine, ids)).items()})
         count, replicas = deployments
         if count > 0:
             out.update(await deployments_phase(cluster, count, replicas, f"r{number}"))

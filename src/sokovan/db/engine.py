@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import structlog
+import functools
+
 from sqlalchemy import event
-from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-log = structlog.get_logger(__name__)
+from sokovan.db import stranded
 
 CONNECT_TIMEOUT = 5.0  # seconds to open a connection (asyncpg's own default is 60)
 # The longest any one statement may take (asyncpg's default: no limit). A PostgreSQL that drops
@@ -16,16 +16,20 @@ CONNECT_TIMEOUT = 5.0  # seconds to open a connection (asyncpg's own default is 
 # lane retries on its next cycle. API requests have their own, shorter deadline (api.deadline).
 COMMAND_TIMEOUT = 30.0
 # A connection lost to silence may live on in the server, holding the row locks of the transaction
-# it was in: the server ends such a session after this long idle in its transaction (ms).
+# it was in. The manager ends such a session itself once a statement on it times out
+# (`db.stranded`); failing that, the server ends it after this long idle in its transaction (ms).
 SERVER_SETTINGS = {"idle_in_transaction_session_timeout": "60000"}
 
 
-def make_engine(url: str, *, pool_size: int = 10, max_overflow: int = 10) -> AsyncEngine:
+def make_engine(
+    url: str, *, pool_size: int = 10, max_overflow: int = 10, command_timeout: float = COMMAND_TIMEOUT
+) -> AsyncEngine:
     """No `pool_pre_ping` (a round trip per checkout: a tenth of a busy manager's CPU): when a
     statement finds its connection dead (PostgreSQL restarted), SQLAlchemy invalidates the whole
     pool, so one statement fails per outage, not one per pooled connection, and the callers (a
-    lane's next cycle, the API's 503) ride that out. `hide_parameters`: errors and logs never
-    carry bound values (a session's environ, a keypair's secret)."""
+    lane's next cycle, the API's 503) ride that out. A statement that times out does the same, and
+    has its server session ended (`db.stranded`). `hide_parameters`: errors and logs never carry
+    bound values (a session's environ, a keypair's secret)."""
     engine = create_async_engine(
         url,
         pool_size=pool_size,
@@ -34,24 +38,13 @@ def make_engine(url: str, *, pool_size: int = 10, max_overflow: int = 10) -> Asy
         hide_parameters=True,
         connect_args={
             "timeout": CONNECT_TIMEOUT,
-            "command_timeout": COMMAND_TIMEOUT,
+            "command_timeout": command_timeout,
             "server_settings": SERVER_SETTINGS,
         },
     )
-    event.listen(engine.sync_engine, "handle_error", _timed_out_drops_the_pool)
+    event.listen(engine.sync_engine, "connect", stranded.remember_backend)
+    event.listen(engine.sync_engine, "handle_error", functools.partial(stranded.give_up_silent, engine))
     return engine
-
-
-def _timed_out_drops_the_pool(ctx: ExceptionContext) -> None:
-    """A statement that timed out most likely ran on a connection whose peer went silent (a
-    failover, a firewall that lost its state), and so may every other pooled connection: the pool
-    is replaced (its connections dereferenced, none waited on), so the next statements open new
-    connections instead of each finding a silent one and waiting COMMAND_TIMEOUT. A refused or
-    reset connection needs none of this: SQLAlchemy sees it as a disconnect and invalidates the pool
-    itself, but a timeout is no DBAPI error to it."""
-    if isinstance(ctx.original_exception, TimeoutError) and ctx.engine is not None:
-        log.warning("db.pool_replaced", why="a statement timed out")
-        ctx.engine.dispose(close=False)
 
 
 def autocommit(engine: AsyncEngine) -> AsyncEngine:

@@ -45,6 +45,8 @@ import structlog
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from sokovan.db import stranded
+
 log = structlog.get_logger(__name__)
 
 RETRY_AFTER = 1.0
@@ -194,7 +196,7 @@ class CycleLock:
 
     async def _end_orphan(self, conn: AsyncConnection, pid: int, started: object) -> None:
         """End the backend of a lock connection lost to silence, if it still lives (its locks with it)."""
-        ended = (await conn.execute(_END_BACKEND, {"pid": pid, "started": started})).scalar()
+        ended = (await conn.execute(stranded.END_BACKEND, {"pid": pid, "started": started})).scalar()
         if ended:
             log.warning("lane.orphaned_lock_session_ended", pid=pid)
 
@@ -224,18 +226,13 @@ class CycleLock:
                     await conn.close()
 
 
-_OWN_BACKEND = text(
-    "SELECT pg_backend_pid() AS pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
-)
+_OWN_BACKEND = text(stranded.OWN_BACKEND)
 _TRY_LOCK = text("SELECT pg_try_advisory_lock(:k)")
 # An advisory lock on a bigint key is listed with its high half as classid, its low half as objid.
 _HELD = text(
     "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted "
     "AND classid = CAST(CAST(:hi AS bigint) AS oid) AND objid = CAST(CAST(:lo AS bigint) AS oid) "
     "AND objsubid = 1)"
-)
-_END_BACKEND = text(
-    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = :pid AND backend_start = :started"
 )
 
 
