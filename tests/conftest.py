@@ -108,6 +108,9 @@ def pytest_runtest_makereport(
         buffer = io.StringIO()
         for task in pending[:40]:
             buffer.write(f"--- {task.get_name()}\n")
-            task.print_stack(limit=12, file=buffer)
+            try:
+                task.print_stack(limit=12, file=buffer)
+            except Exception as exc:  # a frame without a line number: the report must still be made
+                buffer.write(f"{task!r} (stack not printable: {exc!r})\n")
         report.sections.append((f"pending asyncio tasks ({len(pending)})", buffer.getvalue()))
     return report

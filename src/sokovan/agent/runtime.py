@@ -12,7 +12,6 @@ of living on without heartbeats.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -28,6 +27,7 @@ log = structlog.get_logger(__name__)
 
 
 REDIS_TIMEOUT = 5.0  # seconds for a connect and for an answer
+CLOSE_TIMEOUT = 5.0  # seconds the background tasks get to end once cancelled, at a stop
 
 
 class AgentStartError(RuntimeError):
@@ -90,10 +90,13 @@ class AgentLink:
         self.stop.set()
 
     async def close(self) -> None:
-        """Cancel the background tasks, wait for them, and close the Redis connection."""
+        """Cancel the background tasks, wait for them (at most `CLOSE_TIMEOUT`), and close the
+        Redis connection. A task that does not end when cancelled (a client library's close that
+        waits on a peer) is logged and left behind: it must not keep the daemon from stopping."""
         for task in self.tasks:
             task.cancel()
-        for task in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self.tasks:
+            _, stuck = await asyncio.wait(self.tasks, timeout=CLOSE_TIMEOUT)
+            if stuck:
+                log.warning("agent.tasks_left_at_stop", tasks=sorted(t.get_name() for t in stuck))
         await self.redis.aclose()
