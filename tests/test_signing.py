@@ -43,7 +43,7 @@ def test_parse_time(raw: object, want: float | None) -> None:
 @pytest.mark.parametrize(
     ("raw", "ok"),
     [
-        (new_nonce(), True),
+        pytest.param(new_nonce(), True, id="fresh"),
         ("0" * 32, True),
         ("0" * 31, False),
         ("0" * 33, False),

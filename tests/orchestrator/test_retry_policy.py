@@ -365,7 +365,7 @@ NOTHING = RetryPolicy.model_validate({"max_retries": 3, "eligible_causes": []})
     ("cause", "pol", "session_type", "want"),
     [
         *[(c, ALL_ELIGIBLE, "batch", True) for c in FailureCause if c not in NEVER_RETRIED],
-        *[(c, ALL_ELIGIBLE, "batch", False) for c in NEVER_RETRIED],
+        *[(c, ALL_ELIGIBLE, "batch", False) for c in sorted(NEVER_RETRIED)],
         (FailureCause.KERNEL_NONZERO_EXIT, ALL_ELIGIBLE, "interactive", False),
         (FailureCause.KERNEL_NONZERO_EXIT, ALL_ELIGIBLE, "inference", False),
         (FailureCause.KERNEL_NONZERO_EXIT, ALL_ELIGIBLE, "BATCH", True),
