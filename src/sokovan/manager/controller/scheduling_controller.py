@@ -13,7 +13,6 @@ everything afresh) and computes a placement, writing nothing.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ from sokovan.bus.hints import Hint, as_demand
 from sokovan.bus.user_events import UserEvent, UserEventPublisher, publish
 from sokovan.common.preemption import PREEMPT_MODE, PreemptionMode
 from sokovan.common.slots import ResourceSlots
+from sokovan.common.throttle import Throttle
 from sokovan.common.types import (
     FailureCause,
     KernelStatus,
@@ -83,7 +83,7 @@ class SchedulingController:
         self._batcher = CreateBatcher(ctx.engine, on_created=self._hint)
         self._events = UserEventPublisher(ctx.redis, ctx.settings.etcd_prefix)
         # hints and `session.created` events waiting to be published together
-        self._flush_pending: asyncio.Task[None] | None = None
+        self._flushes = Throttle(self._flush, HINT_COALESCE)
         self._hint_names: set[str] = set()
         self._created: list[UserEvent] = []
 
@@ -217,10 +217,10 @@ class SchedulingController:
     # -- shared -------------------------------------------------------------------------------
 
     def _hint(self, name: str = CREATED) -> None:
-        """Hint the schedulers, at most once per `HINT_COALESCE` seconds per process: a burst of
-        requests becomes one hint, and the last request is never left without one. A create wakes
-        the placement lane only, as demand (`CREATED`); a terminate (`Hint.SCHEDULE`) every session
-        lane."""
+        """Hint the schedulers, at most once per `HINT_COALESCE` seconds per process: a lone
+        request's hint goes at once, a burst of requests becomes one hint per window, and the last
+        request is never left without one (`Throttle`). A create wakes the placement lane only, as
+        demand (`CREATED`); a terminate (`Hint.SCHEDULE`) every session lane."""
         self._hint_names.add(name)
         self._flush_soon()
 
@@ -230,12 +230,10 @@ class SchedulingController:
         self._flush_soon()
 
     def _flush_soon(self) -> None:
-        if self._flush_pending is None or self._flush_pending.done():
-            self._flush_pending = asyncio.create_task(self._flush())
+        self._flushes.soon()
 
     async def _flush(self) -> None:
         """The hints first (they start the work), then the users' `session.created` events."""
-        await asyncio.sleep(HINT_COALESCE)
         names, self._hint_names = self._hint_names, set()
         created, self._created = self._created, []
         if Hint.SCHEDULE in names:
