@@ -15,7 +15,7 @@ LINT_PATHS := src tests migrations
 PYTEST_ARGS ?=
 # pytest processes, each with its own database and Redis/etcd prefixes, a test file whole on one
 # (`--dist loadfile`). Most of a test's time is spent waiting for daemons and timers, not on a core.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
@@ -29,7 +29,7 @@ help:
 	@echo "make test-tools     make sure chromium, chromedriver and promtool are installed (some tests drive them)"
 	@echo "make lint           ruff check + ruff format --check"
 	@echo "make typecheck      mypy (strict, package sokovan)"
-	@echo "make test           venv + services + lint + typecheck + pytest (TEST_WORKERS=3, PYTEST_ARGS=...)"
+	@echo "make test           venv + services + lint + typecheck + pytest (TEST_WORKERS=2, PYTEST_ARGS=...)"
 	@echo "make dev            run 'sokovan dev' (manager + 2 agents on this machine)"
 	@echo "make dev-reset      'make dev' from an empty state: new dev database, agents' work dirs removed"
 	@echo "make bench          manager + hollow fleet: placement and start-up throughput, as JSON"

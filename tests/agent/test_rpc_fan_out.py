@@ -26,7 +26,7 @@ async def test_hundreds_of_calls_are_in_flight_together() -> None:
         if peak >= CALLS:
             everyone.set()
         try:
-            await asyncio.wait_for(everyone.wait(), 3)  # held until all arrived (or gave up)
+            await asyncio.wait_for(everyone.wait(), 30)  # held until all arrived (or gave up)
         except TimeoutError:
             pass
         in_flight -= 1
@@ -39,7 +39,7 @@ async def test_hundreds_of_calls_are_in_flight_together() -> None:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    client = AgentRPCClient("secret", timeout=10)
+    client = AgentRPCClient("secret", timeout=60)  # a busy machine may take seconds to open 300 connections
     try:
         request = CheckAndPullRequest(kernels=[])
         await asyncio.gather(
