@@ -222,14 +222,11 @@ class SchedulingController:
         request is never left without one (`Throttle`). A create wakes the placement lane only, as
         demand (`CREATED`); a terminate (`Hint.SCHEDULE`) every session lane."""
         self._hint_names.add(name)
-        self._flush_soon()
+        self._flushes.soon()
 
     def _announce(self, event: UserEvent) -> None:
         """Publish `event` with the others of the same `HINT_COALESCE` seconds (one pipeline)."""
         self._created.append(event)
-        self._flush_soon()
-
-    def _flush_soon(self) -> None:
         self._flushes.soon()
 
     async def _flush(self) -> None:
