@@ -21,10 +21,22 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sokovan.common.settings import Settings
 from sokovan.db import migrate
 from sokovan.db.models import Base
-from tests import services
+from tests import connection_budget, services
 from tests.support import scratch_redis
 
 RUN_ID = uuid.uuid4().hex[:8]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _connection_heavy_modules_one_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A module marked `many_connections` runs while no other such module runs in another worker
+    (tests/connection_budget.py says why)."""
+    path = connection_budget.lock_path()
+    if path is None or request.node.get_closest_marker(connection_budget.MARK) is None:
+        yield
+        return
+    with connection_budget.held(path):
+        yield
 
 
 @pytest.fixture(scope="session")

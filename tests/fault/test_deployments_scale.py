@@ -42,12 +42,15 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from sokovan.common.settings import Settings
 from sokovan.harness import ManagerProc, ProxyProc, wait_agents
 from tests.fault.harness import AgentProc, Api, InvariantChecker
+
+pytestmark = pytest.mark.many_connections  # three managers: about 65 connections
 
 MANAGERS = 3
 AGENTS = 50

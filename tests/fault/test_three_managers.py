@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from sokovan.common.settings import Settings
 from sokovan.harness import ManagerProc, wait_agents
@@ -25,6 +26,8 @@ from tests.fault.harness import (
     settle,
     summarize,
 )
+
+pytestmark = pytest.mark.many_connections  # three managers: about 65 connections
 
 MANAGERS = 3
 AGENTS = 100
