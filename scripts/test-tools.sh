@@ -6,6 +6,7 @@
 #   docker-registry             the local registry the default images are pushed to (tests/images)
 #   busybox-static, python3     what `sokovan images build` puts in the default images
 #   iproute2 + nftables         the partition tests' network namespaces and drop rules (tests/partition)
+#   strace                      holds a kernel between its fork and its exec (tests/agent/test_kernel_wrapper.py)
 # On a host where systemd runs, Debian's prometheus package also starts a Prometheus service;
 # `systemctl disable --now prometheus` stops it (the tests need only promtool). scripts/services.py
 # starts the engine and the registry themselves (make services), and installs them too when it runs
@@ -27,6 +28,7 @@ have busybox || [ -x /usr/bin/busybox ] || packages+=(busybox-static)
 [ -x /usr/bin/python3 ] || packages+=(python3)
 have ip || packages+=(iproute2)
 have nft || packages+=(nftables)
+have strace || packages+=(strace)
 if [ ${#packages[@]} -eq 0 ] && [ ${#engine_packages[@]} -eq 0 ]; then
 	exit 0
 fi
@@ -34,7 +36,7 @@ all=("${packages[@]}" "${engine_packages[@]}")
 if ! have apt-get; then
 	echo "scripts/test-tools.sh: missing ${all[*]} and there is no apt-get to install them;" >&2
 	echo "install Chromium with a matching ChromeDriver (or set SOKOVAN_CHROMIUM / SOKOVAN_CHROMEDRIVER), promtool," >&2
-	echo "and for the container tests podman, runc, docker-registry and a static busybox" >&2
+	echo "and for the container tests podman, runc, docker-registry and a static busybox; and strace" >&2
 	exit 1
 fi
 sudo=""
@@ -60,4 +62,4 @@ if ! install; then
 fi
 have chromium && have chromedriver && have promtool && have podman && have runc &&
 	{ have docker-registry || have registry; } && { have busybox || [ -x /usr/bin/busybox ]; } &&
-	have ip && have nft
+	have ip && have nft && have strace

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -31,6 +32,17 @@ def wait_for_child(wrapper: int) -> int:
     raise AssertionError("the wrapper started no child")
 
 
+def wait_for_program(pid: int, name: str) -> None:
+    """Until `pid` runs `name`: a shell that is still starting it catches SIGINT while it waits
+    for a child, and may fork the child after the signal, which then runs on (seen in CI)."""
+    for _ in range(500):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] == name.encode():
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"{pid} never ran {name}")
+
+
 @pytest.mark.parametrize(
     ("command", "code"),
     [("exit 3", 3), ("true", 0), ("kill -TERM $$", 143), ("kill -KILL $$", 137), ("exec /nonexistent", 127)],
@@ -47,11 +59,55 @@ def test_the_wrapper_records_and_exits_with_the_kernels_code(tmp_path: Path, com
 def test_the_wrapper_survives_a_killpg_and_records_the_signal(
     tmp_path: Path, sig: signal.Signals, code: int
 ) -> None:
-    proc = start("sleep 30", tmp_path)
-    wait_for_child(proc.pid)
+    proc = start("exec sleep 30", tmp_path)
+    wait_for_program(wait_for_child(proc.pid), "sleep")
     kernel_proc.killpg(proc.pid, sig)  # the kernel's group: the wrapper gets it too
     assert proc.wait(timeout=10) == code
     assert kernel_proc.read_exit_code(tmp_path) == code
+
+
+# The program's process is held a second in its chdir, before its pre-exec step and its exec (strace
+# delays that call), so a signal sent meanwhile surely comes between the fork and the exec. With
+# limits to apply the process runs a pre-exec step, so Python forks it; without (no limits, no
+# uid) Python vforks it, and then resets its handlers and holds its signals itself.
+LIMITED = kernel_proc.Launch(rlimits={"RLIMIT_NOFILE": 1024})
+SLOW_CHDIR = [
+    "strace",
+    "-f",
+    "-qq",
+    "-o",
+    os.devnull,
+    "-e",
+    "trace=chdir",
+    "-e",
+    "inject=chdir:delay_enter=1000000",
+]
+
+
+def test_a_killpg_between_the_fork_and_the_exec_still_stops_the_program(tmp_path: Path) -> None:
+    """A stop that comes while the wrapper starts the program must reach the program. Before,
+    the new process had the wrapper's handlers in that window, whose Python code never runs there:
+    the signal was lost and the kernel ran on until the agent's SIGKILL. `setsid`: the wrapper
+    leads its own group, as the agent starts it, and strace stays out of the killpg."""
+    document = kernel_proc.launch_document("exec sleep 30", tmp_path, {"PATH": os.environ["PATH"]}, LIMITED)
+    tracer = subprocess.Popen(
+        [*SLOW_CHDIR, "setsid", *kernel_proc.wrapper_argv()],
+        stdin=subprocess.PIPE,
+        env=kernel_proc.WRAPPER_ENV,
+    )
+    try:
+        assert tracer.stdin is not None
+        with tracer.stdin:
+            tracer.stdin.write(document)
+        wrapper = wait_for_child(tracer.pid)
+        wait_for_child(wrapper)  # forked, and held in its chdir for a second
+        kernel_proc.killpg(wrapper, signal.SIGINT)
+        assert tracer.wait(timeout=10) == 130  # strace ends with its command's code
+        assert kernel_proc.read_exit_code(tmp_path) == 130
+    finally:
+        if tracer.poll() is None:
+            tracer.kill()
+            tracer.wait()
 
 
 def test_a_sigkilled_kernel_is_137(tmp_path: Path) -> None:

@@ -23,7 +23,9 @@ wrapper, which reaps it and writes the code. The code is the program's exit stat
 signal that killed it; it is written atomically (a new file, never opened through a link someone
 else put there, renamed over `exit_file`), and the wrapper exits with the same code. A program
 that cannot be started is 127; a signal that comes before the program was started means it is
-not started at all (128 + that signal).
+not started at all (128 + that signal). One that comes while the program is being started is held
+(blocked from before the fork) and acts on the program once its pre-exec step has given it the
+default actions back: before, in that window, it was lost and the kernel ran on.
 
 A SIGKILL of the whole group kills the wrapper too; then no file is written and whoever watches
 the wrapper sees that SIGKILL instead. So does a signal in the few milliseconds before the wrapper
@@ -129,13 +131,18 @@ class CappedLog:
             view = view[written:]
 
 
-def _limiter(rlimits: dict[str, int]) -> Any:
-    """The program's pre-exec step: lower its resource limits (after it took the session's uid)."""
+def _before_exec(rlimits: dict[str, int]) -> Any:
+    """The program's pre-exec step: the handled signals back to their default action and
+    unblocked (one sent while the program was being started was held until now, and now acts on
+    it as on any program), then its resource limits lowered (after it took the session's uid)."""
     import resource
 
     pairs = [(getattr(resource, name), value) for name, value in rlimits.items()]
 
     def apply() -> None:
+        for signum in HANDLED:
+            signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
         for which, value in pairs:
             resource.setrlimit(which, (value, value))
 
@@ -147,6 +154,10 @@ def _start(launch: dict[str, Any], err: CappedLog) -> Any:
 
     uid = launch.get("uid")
     rlimits = launch.get("rlimits") or {}
+    # The handled signals are blocked from before the fork until the program's pre-exec step: in
+    # between, the new process has the wrapper's handlers, whose Python code never runs there, so
+    # a killpg in that window was lost and the kernel ran on (`_before_exec`).
+    signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
     try:
         return subprocess.Popen(
             launch["argv"],
@@ -159,11 +170,13 @@ def _start(launch: dict[str, Any], err: CappedLog) -> Any:
             group=uid,
             extra_groups=[] if uid is not None else None,
             umask=launch.get("umask", -1),
-            preexec_fn=_limiter(rlimits) if rlimits else None,
+            preexec_fn=_before_exec(rlimits),
         )
     except (OSError, subprocess.SubprocessError) as exc:
         err.write(f"cannot start {launch['argv'][0]!r}: {exc}\n".encode())
         return None
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)  # one held meanwhile is noted now
 
 
 def _pump(child: Any, logs: dict[int, CappedLog]) -> None:
@@ -224,14 +237,14 @@ def run(launch: dict[str, Any]) -> int:
     out, err = CappedLog(launch["stdout"], cap), CappedLog(launch["stderr"], cap)
     joined = not launch.get("cgroup") or _join_cgroup(launch["cgroup"], err)
     child = _start(launch, err) if joined and not _received else None
-    if _received:
-        code = 128 + _received[0]
-    elif child is None:
-        code = NOT_STARTED
-    else:
+    if child is not None:  # a signal noted while it was started reached it too (`_start`)
         with child.stdout, child.stderr:
             _pump(child, {child.stdout.fileno(): out, child.stderr.fileno(): err})
         code = exit_code(child.wait())
+    elif _received:
+        code = 128 + _received[0]
+    else:
+        code = NOT_STARTED
     write_atomically(launch["exit_file"], code)
     return code
 
