@@ -8,7 +8,8 @@ taken in the same write as the one before it is 0).
 `LaneCycles(api)` scrapes `GET /metrics` (`sokovan_cycle_seconds` by lane) before and after a run;
 a fresh connection per scrape lands on any worker of the manager, so it scrapes until it has seen
 every worker (told apart by `process_start_time_seconds`) and adds their deltas up: cycles per
-second and the mean cycle per lane.
+second, the mean cycle per lane, and the share of its cycles that were hinted and moved nothing
+(`sokovan_lane_cycles_total`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ async def hop_table(engine: AsyncEngine, ids: list[str]) -> dict[str, float]:
 
 
 _SAMPLE = re.compile(r'^sokovan_cycle_seconds_(sum|count)\{lane="([^"]+)"\} ([0-9.e+-]+)$')
+_OUTCOME = re.compile(
+    r'^sokovan_lane_cycles_total\{lane="([^"]+)",kind="([^"]+)",outcome="([^"]+)"\} ([0-9.e+-]+)$'
+)
 _START = re.compile(r"^process_start_time_seconds ([0-9.e+-]+)$")
 
 
@@ -70,6 +74,8 @@ async def _scrape(api: str) -> tuple[str, dict[tuple[str, str], float]]:
     for line in body.splitlines():
         if m := _SAMPLE.match(line):
             samples[(m.group(2), m.group(1))] = float(m.group(3))
+        elif m := _OUTCOME.match(line):
+            samples[(m.group(1), f"{m.group(2)}.{m.group(3)}")] = float(m.group(4))
         elif m := _START.match(line):
             worker = m.group(1)
     return worker, samples
@@ -109,4 +115,7 @@ class LaneCycles:
             count, total = sums.get((lane, "count"), 0.0), sums.get((lane, "sum"), 0.0)
             out[f"lane_{lane}_cycles_per_s"] = round(count / max(seconds, 1e-9), 1)
             out[f"lane_{lane}_cycle_ms"] = round(total / count * 1000, 1) if count else 0.0
+            # hinted cycles that found nothing to move: a hint that led nowhere, a share of all cycles
+            fruitless = sums.get((lane, "short.fruitless"), 0.0)
+            out[f"lane_{lane}_hinted_fruitless_share"] = round(fruitless / count, 3) if count else 0.0
         return out

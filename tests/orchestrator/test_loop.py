@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from prometheus_client import REGISTRY
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from sokovan.bus.hints import Hint, as_demand, parse_demand
@@ -166,3 +167,43 @@ async def test_the_retry_lane_coalesces_the_session_ends_of_its_debounce() -> No
     (place,) = orchestrator._named("schedule.place")
     assert retry._debounce() == RETRY_DEBOUNCE > place._debounce()
     await engine.dispose()
+
+
+async def test_each_cycle_is_counted_by_kind_and_outcome() -> None:
+    """`sokovan_lane_cycles_total`: hinted and long cycles, each as moved, fruitless or failed."""
+    outcomes = iter([True, False, "boom"])
+
+    async def cycle() -> bool:
+        outcome = next(outcomes, False)
+        if outcome == "boom":
+            raise RuntimeError("boom")
+        return bool(outcome)
+
+    def count(kind: str, outcome: str) -> float:
+        labels = {"lane": "counted", "kind": kind, "outcome": outcome}
+        return REGISTRY.get_sample_value("sokovan_lane_cycles_total", labels) or 0.0
+
+    before = {(k, o): count(k, o) for k in ("short", "long") for o in ("moved", "fruitless", "failed")}
+    loop = CoordinatorLoop(
+        "counted", cycle, long_interval=lambda: 3600, debounce=lambda: 0, on_moved=lambda: None
+    )
+    stop = asyncio.Event()
+    runner = asyncio.create_task(loop.run(stop))
+    for _ in range(3):
+        loop.hint()
+        for _ in range(100):  # until the cycle has run
+            await asyncio.sleep(0.01)
+            if not loop._hint.is_set():
+                break
+        await asyncio.sleep(0.05)
+    stop.set()
+    await runner
+    got = {key: count(*key) - value for key, value in before.items()}
+    assert got == {
+        ("short", "moved"): 1,
+        ("short", "fruitless"): 1,
+        ("short", "failed"): 1,
+        ("long", "moved"): 0,
+        ("long", "fruitless"): 0,
+        ("long", "failed"): 0,
+    }

@@ -34,6 +34,12 @@ CYCLE_SECONDS = Histogram(
     "Duration of one coordinator cycle, by lane",
     ["lane"],
 )
+LANE_CYCLES = Counter(
+    "sokovan_lane_cycles_total",
+    "Coordinator cycles, by lane, kind (short: hinted; long: the safety net) and outcome "
+    "(moved, fruitless: nothing to move, failed)",
+    ["lane", "kind", "outcome"],
+)
 EVENTS_CONSUMED = Counter(
     "sokovan_agent_events_total",
     "Agent events consumed from the event bus, by event name",

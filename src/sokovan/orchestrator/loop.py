@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from sokovan.common.metrics import CYCLE_SECONDS
+from sokovan.common.metrics import CYCLE_SECONDS, LANE_CYCLES
 from sokovan.common.outages import is_outage
 from sokovan.common.supervise import describe
 from sokovan.common.task_group import run_together
@@ -133,8 +133,10 @@ class CoordinatorLoop:
                 with CYCLE_SECONDS.labels(lane=self.name).time():
                     moved = await (self._short_cycle() if kind == "short" else self._cycle())
             except Exception as exc:
+                LANE_CYCLES.labels(lane=self.name, kind=kind, outcome="failed").inc()
                 self._failed(exc, kind)
                 return False
+            LANE_CYCLES.labels(lane=self.name, kind=kind, outcome="moved" if moved else "fruitless").inc()
             if self._away:
                 self._away = False
                 log.info("coordinator.services_back", coordinator=self.name)
