@@ -111,10 +111,12 @@ async def one_round(
         out["steady_create_to_running_p99_ms"] = m["create_to_running_p99_ms"]
         out.update({f"steady_{k}": v for k, v in (await hop_table(cluster.engine, ids)).items()})
         if low_rate > 0:
+            await lanes.start()
             began = time.time()
             ids = await steady(cluster.api, cluster.token, low_rate, steady_s, "sleep 1")
             phases["low_rate"] = (began, time.time())
             await wait_until(cluster.engine, ids, ("TERMINATED",), within=300)
+            out.update({f"low_rate_{k}": v for k, v in (await lanes.stop()).items()})
             m = await milestones(cluster.engine, ids)
             out["low_rate_create_to_running_p50_ms"] = m["create_to_running_p50_ms"]
             out["low_rate_create_to_running_p99_ms"] = m["create_to_running_p99_ms"]

@@ -57,9 +57,9 @@ async def hop_table(engine: AsyncEngine, ids: list[str]) -> dict[str, float]:
 
 
 _SAMPLE = re.compile(r'^sokovan_cycle_seconds_(sum|count)\{lane="([^"]+)"\} ([0-9.e+-]+)$')
-_OUTCOME = re.compile(
-    r'^sokovan_lane_cycles_total\{lane="([^"]+)",kind="([^"]+)",outcome="([^"]+)"\} ([0-9.e+-]+)$'
-)
+_OUTCOME = re.compile(r"^sokovan_lane_cycles_total\{([^}]*)\} ([0-9.e+-]+)$")
+_HINTS = re.compile(r"^sokovan_lane_hints_total\{([^}]*)\} ([0-9.e+-]+)$")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
 _START = re.compile(r"^process_start_time_seconds ([0-9.e+-]+)$")
 
 
@@ -74,8 +74,12 @@ async def _scrape(api: str) -> tuple[str, dict[tuple[str, str], float]]:
     for line in body.splitlines():
         if m := _SAMPLE.match(line):
             samples[(m.group(2), m.group(1))] = float(m.group(3))
+        elif m := _HINTS.match(line):
+            labels = dict(_LABEL.findall(m.group(1)))
+            samples[(labels["lane"], f"hints.{labels['kind']}")] = float(m.group(2))
         elif m := _OUTCOME.match(line):
-            samples[(m.group(1), f"{m.group(2)}.{m.group(3)}")] = float(m.group(4))
+            labels = dict(_LABEL.findall(m.group(1)))
+            samples[(labels["lane"], f"{labels['kind']}.{labels['outcome']}")] = float(m.group(2))
         elif m := _START.match(line):
             worker = m.group(1)
     return worker, samples
@@ -118,4 +122,7 @@ class LaneCycles:
             # hinted cycles that found nothing to move: a hint that led nowhere, a share of all cycles
             fruitless = sums.get((lane, "short.fruitless"), 0.0)
             out[f"lane_{lane}_hinted_fruitless_share"] = round(fruitless / count, 3) if count else 0.0
+            for kind in ("news", "demand"):
+                hints = sums.get((lane, f"hints.{kind}"), 0.0)
+                out[f"lane_{lane}_hints_{kind}_per_s"] = round(hints / max(seconds, 1e-9), 1)
         return out

@@ -171,6 +171,26 @@ async def test_the_retry_lane_coalesces_the_session_ends_of_its_debounce() -> No
 
 async def test_each_cycle_is_counted_by_kind_and_outcome() -> None:
     """`sokovan_lane_cycles_total`: hinted and long cycles, each as moved, fruitless or failed."""
+    assert await _counted(held=True) == {
+        ("short", "moved"): 1,
+        ("short", "fruitless"): 1,
+        ("short", "failed"): 1,
+        ("long", "moved"): 0,
+        ("long", "fruitless"): 0,
+        ("long", "failed"): 0,
+    }
+
+
+async def test_a_lane_held_elsewhere_counts_no_fruitless_cycle() -> None:
+    """In a worker (or manager) that does not hold the lane, a cycle that moved nothing ran nothing
+    (the lane is not its own) and is not counted; one that moved or failed is."""
+    got = await _counted(held=False)
+    assert got[("short", "moved")] == 1 and got[("short", "failed")] == 1
+    assert got[("short", "fruitless")] == 0
+
+
+async def _counted(held: bool) -> dict[tuple[str, str], float]:
+    """Three hinted cycles (moved, fruitless, failed) of a lane `held` here or not: the counts."""
     outcomes = iter([True, False, "boom"])
 
     async def cycle() -> bool:
@@ -187,6 +207,7 @@ async def test_each_cycle_is_counted_by_kind_and_outcome() -> None:
     loop = CoordinatorLoop(
         "counted", cycle, long_interval=lambda: 3600, debounce=lambda: 0, on_moved=lambda: None
     )
+    loop.held = lambda: held
     stop = asyncio.Event()
     runner = asyncio.create_task(loop.run(stop))
     for _ in range(3):
@@ -198,12 +219,4 @@ async def test_each_cycle_is_counted_by_kind_and_outcome() -> None:
         await asyncio.sleep(0.05)
     stop.set()
     await runner
-    got = {key: count(*key) - value for key, value in before.items()}
-    assert got == {
-        ("short", "moved"): 1,
-        ("short", "fruitless"): 1,
-        ("short", "failed"): 1,
-        ("long", "moved"): 0,
-        ("long", "fruitless"): 0,
-        ("long", "failed"): 0,
-    }
+    return {key: count(*key) - value for key, value in before.items()}

@@ -40,6 +40,12 @@ LANE_CYCLES = Counter(
     "(moved, fruitless: nothing to move, failed)",
     ["lane", "kind", "outcome"],
 )
+LANE_HINTS = Counter(
+    "sokovan_lane_hints_total",
+    "Hints a coordinator loop received where it holds its lane, by lane and kind (demand: more "
+    "work that waits out the spacing after a fruitless cycle; news: anything else)",
+    ["lane", "kind"],
+)
 EVENTS_CONSUMED = Counter(
     "sokovan_agent_events_total",
     "Agent events consumed from the event bus, by event name",

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from sokovan.common.metrics import CYCLE_SECONDS, LANE_CYCLES
+from sokovan.common.metrics import CYCLE_SECONDS, LANE_CYCLES, LANE_HINTS
 from sokovan.common.outages import is_outage
 from sokovan.common.supervise import describe
 from sokovan.common.task_group import run_together
@@ -64,10 +64,16 @@ class CoordinatorLoop:
         self._away = False  # the last cycle failed because a service is unreachable
         self._quiet_until = 0.0  # (monotonic) no short cycle before this
         self._ended = -math.inf  # (monotonic) when the last short cycle ended
+        # Whether this process holds the lane (its cycles and hints are counted only then: in
+        # another worker or manager the loop runs, but its cycles find the lane not theirs).
+        self.held: Callable[[], bool] = lambda: True
+        self._started = -math.inf  # (monotonic) when the last cycle started
 
     def hint(self, demand: bool = False) -> None:
         """Run a short cycle soon; `demand`: the hint only says more work arrived (a create), so
         it waits out the spacing after a cycle that moved nothing."""
+        if self.held():
+            LANE_HINTS.labels(lane=self.name, kind="demand" if demand else "news").inc()
         if not demand:
             self._news.set()
         self._hint.set()
@@ -129,14 +135,15 @@ class CoordinatorLoop:
             spaced = self._quiet_until > time.monotonic() and not (urgent or self._news.is_set())
             if kind == "short" and spaced:
                 return None
+            self._started = time.monotonic()
             try:
-                with CYCLE_SECONDS.labels(lane=self.name).time():
-                    moved = await (self._short_cycle() if kind == "short" else self._cycle())
+                moved = await (self._short_cycle() if kind == "short" else self._cycle())
             except Exception as exc:
-                LANE_CYCLES.labels(lane=self.name, kind=kind, outcome="failed").inc()
+                self._count_cycle(kind, "failed")
                 self._failed(exc, kind)
                 return False
-            LANE_CYCLES.labels(lane=self.name, kind=kind, outcome="moved" if moved else "fruitless").inc()
+            if moved or self.held():  # another process's lane: its loop here ran nothing
+                self._count_cycle(kind, "moved" if moved else "fruitless")
             if self._away:
                 self._away = False
                 log.info("coordinator.services_back", coordinator=self.name)
@@ -144,6 +151,10 @@ class CoordinatorLoop:
             self._quiet_until = 0.0
             self.on_moved()
         return moved
+
+    def _count_cycle(self, kind: str, outcome: str) -> None:
+        CYCLE_SECONDS.labels(lane=self.name).observe(time.monotonic() - self._started)
+        LANE_CYCLES.labels(lane=self.name, kind=kind, outcome=outcome).inc()
 
     def _failed(self, exc: Exception, kind: str) -> None:
         if not is_outage(exc):

@@ -325,6 +325,7 @@ class SokovanOrchestrator:
         )
         if on_moved is not None:
             loop.on_moved = on_moved
+        loop.held = functools.partial(self.lock.holds, name)  # its cycles are counted only then
         return loop
 
     def _owner_index(self, name: str) -> int | None:
