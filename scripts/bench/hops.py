@@ -57,8 +57,8 @@ async def hop_table(engine: AsyncEngine, ids: list[str]) -> dict[str, float]:
 
 
 _SAMPLE = re.compile(r'^sokovan_cycle_seconds_(sum|count)\{lane="([^"]+)"\} ([0-9.e+-]+)$')
-_OUTCOME = re.compile(r"^sokovan_lane_cycles_total\{([^}]*)\} ([0-9.e+-]+)$")
-_HINTS = re.compile(r"^sokovan_lane_hints_total\{([^}]*)\} ([0-9.e+-]+)$")
+# A lane's counters with more labels than its name: (lane, "<kind>.<outcome>") and (lane, "hints.<kind>").
+_COUNTER = re.compile(r"^sokovan_lane_(cycles|hints)_total\{([^}]*)\} ([0-9.e+-]+)$")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 _START = re.compile(r"^process_start_time_seconds ([0-9.e+-]+)$")
 
@@ -74,12 +74,11 @@ async def _scrape(api: str) -> tuple[str, dict[tuple[str, str], float]]:
     for line in body.splitlines():
         if m := _SAMPLE.match(line):
             samples[(m.group(2), m.group(1))] = float(m.group(3))
-        elif m := _HINTS.match(line):
-            labels = dict(_LABEL.findall(m.group(1)))
-            samples[(labels["lane"], f"hints.{labels['kind']}")] = float(m.group(2))
-        elif m := _OUTCOME.match(line):
-            labels = dict(_LABEL.findall(m.group(1)))
-            samples[(labels["lane"], f"{labels['kind']}.{labels['outcome']}")] = float(m.group(2))
+        elif m := _COUNTER.match(line):
+            labels = dict(_LABEL.findall(m.group(2)))
+            cycles = m.group(1) == "cycles"
+            key = f"{labels['kind']}.{labels['outcome']}" if cycles else f"hints.{labels['kind']}"
+            samples[(labels["lane"], key)] = float(m.group(3))
         elif m := _START.match(line):
             worker = m.group(1)
     return worker, samples
