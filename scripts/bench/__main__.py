@@ -24,9 +24,10 @@ BENCH_SERVING_CONCURRENCY, BENCH_SERVING_SECONDS). Prints one JSON document
 and writes it to .dev/bench/result.json.
 
 Each round: a steady run (with where its time goes: each hop's p50 and each lane's cycles,
-scripts/bench/hops.py) (and a light one), then (on the emptied cluster, with an app proxy) the
-deployments phase of scripts/bench/deployments.py, then the burst, then (with every burst session RUNNING) the
-node-failure phase of scripts/bench/node_failure.py.
+scripts/bench/hops.py) (and a light one), each phase also with the CPU each party used per session
+(`<phase>_cpu_us_per_session_<manager|postgres|fleet|load_generator>`), then (on the emptied
+cluster, with an app proxy) the deployments phase of scripts/bench/deployments.py, then the burst,
+then (with every burst session RUNNING) the node-failure phase of scripts/bench/node_failure.py.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from scripts.bench.cluster import ROOT, BenchCluster, dump, fresh_database, service_env
 from scripts.bench.containers import containers_phase
-from scripts.bench.creates import cpu_seconds, cpu_used
+from scripts.bench.creates import cpu_seconds, cpu_used, processes
 from scripts.bench.cycle import cycle_cost
 from scripts.bench.deployments import HEALTH, deployments_phase
 from scripts.bench.hops import LaneCycles, hop_table
@@ -52,6 +53,7 @@ from scripts.bench.observer import Observer, during
 from scripts.bench.partitions import partitions_phase
 from scripts.bench.serving import serving_phase
 from scripts.bench.serving import settings as serving_settings
+from sokovan.common import eventloop
 from sokovan.manager.workers import auto_workers
 
 
@@ -62,6 +64,27 @@ def env_int(name: str, default: int) -> int:
 def worker_count(workers: str) -> int:
     """How many workers `sokovan manager --workers <workers>` runs here."""
     return auto_workers() if workers == "auto" else int(workers)
+
+
+class PhaseCPU:
+    """The CPU each party (the manager's workers, PostgreSQL's backends of the bench's database,
+    the hollow fleet, this load generator) used over a phase, in µs per session of the phase: how
+    the work is shared out, which the latencies alone do not say on a machine the parties share."""
+
+    def __init__(self, cluster: BenchCluster) -> None:
+        self.cluster = cluster
+        self.before: dict[str, dict[int, float]] = {}
+
+    def start(self) -> None:
+        self.before = {k: cpu_seconds(v) for k, v in processes(self.cluster, "sokovan_bench").items()}
+
+    def per_session(self, phase: str, sessions: int) -> dict[str, float]:
+        after = {k: cpu_seconds(v) for k, v in processes(self.cluster, "sokovan_bench").items()}
+        per = 1_000_000 / max(sessions, 1)
+        return {
+            f"{phase}_cpu_us_per_session_{k}": round(cpu_used(self.before.get(k, {}), t) * per)
+            for k, t in after.items()
+        }
 
 
 async def one_round(
@@ -85,7 +108,9 @@ async def one_round(
         await cluster.start(timings=False)  # the idle phase runs under the shipped defaults
         assert cluster.engine is not None
         if os.environ.get("BENCH_OBSERVER", "1") == "1":
-            observer = Observer(cluster.api, cluster.token)
+            observer = Observer(
+                cluster.api, cluster.token, split=os.environ.get("BENCH_OBSERVER_SPLIT", "1") == "1"
+            )
             await observer.start()
         idle_s = env_int("BENCH_IDLE_SECONDS", 60)
         if idle_s > 0:  # the fleet registered, nothing else to do: what the manager costs at rest
@@ -100,11 +125,14 @@ async def one_round(
             out["idle_manager_cpu_s_per_min"] = cpu_used(before, cpu_seconds(pids)) * 60 / idle_s
         # Steady run first, with short sessions, so the burst starts on an empty cluster.
         lanes = LaneCycles(cluster.api, worker_count(workers))
+        cpu = PhaseCPU(cluster)
         await lanes.start()
+        cpu.start()
         began = time.time()
         ids = await steady(cluster.api, cluster.token, rate, steady_s, "sleep 1")
         phases["steady"] = (began, time.time())
         await wait_until(cluster.engine, ids, ("TERMINATED",), within=300)
+        out.update(cpu.per_session("steady", len(ids)))
         out.update({f"steady_{k}": v for k, v in (await lanes.stop()).items()})
         m = await milestones(cluster.engine, ids)
         out["steady_create_to_running_p50_ms"] = m["create_to_running_p50_ms"]
@@ -112,10 +140,12 @@ async def one_round(
         out.update({f"steady_{k}": v for k, v in (await hop_table(cluster.engine, ids)).items()})
         if low_rate > 0:
             await lanes.start()
+            cpu.start()
             began = time.time()
             ids = await steady(cluster.api, cluster.token, low_rate, steady_s, "sleep 1")
             phases["low_rate"] = (began, time.time())
             await wait_until(cluster.engine, ids, ("TERMINATED",), within=300)
+            out.update(cpu.per_session("low_rate", len(ids)))
             out.update({f"low_rate_{k}": v for k, v in (await lanes.stop()).items()})
             m = await milestones(cluster.engine, ids)
             out["low_rate_create_to_running_p50_ms"] = m["create_to_running_p50_ms"]
@@ -128,15 +158,23 @@ async def one_round(
         # at once, so that placement and start-up are measured on a full queue rather than at
         # the pace of the REST clients.
         await hold_agents(cluster.engine, held=True)
+        await lanes.start()
+        cpu.start()
         began = time.time()
         load = await burst(cluster.api, cluster.token, sessions, concurrency, "sleep 3600")
         phases["creates"] = (began, time.time())
+        out.update(cpu.per_session("creates", sessions))
+        out.update({f"creates_{k}": v for k, v in (await lanes.stop()).items()})
         rss = cluster.manager_rss_mib()  # every session PENDING, every agent registered
+        await lanes.start()
+        cpu.start()
         began = time.time()
         released = await hold_agents(cluster.engine, held=False)
         await cluster.hint()
         await wait_until(cluster.engine, load["ids"], ("RUNNING",), within=900)
         phases["release"] = (began, time.time())
+        out.update(cpu.per_session("release", sessions))
+        out.update({f"release_{k}": v for k, v in (await lanes.stop()).items()})
         m = await milestones(cluster.engine, load["ids"], since=released)
         out.update(
             creates_per_s=load["creates_per_s"],
@@ -216,7 +254,10 @@ async def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    outcome = asyncio.run(main())
+    # The load generator on uvloop, as the daemons run: on asyncio's own loop its 64 clients used
+    # twice the CPU on their side of the creates (0.2 against 0.1 ms a create), and its loop's lag
+    # counted as the server's (BENCH_UVLOOP=0: as before).
+    outcome = eventloop.run(main(), fast=os.environ.get("BENCH_UVLOOP", "1") == "1")
     text = dump(outcome)
     (ROOT / ".dev" / "bench").mkdir(parents=True, exist_ok=True)
     (ROOT / ".dev" / "bench" / "result.json").write_text(text)

@@ -43,12 +43,10 @@ def cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
     return sum(t - before.get(pid, 0.0) for pid, t in after.items())
 
 
-def processes(cluster: BenchCluster) -> dict[str, list[int]]:
+def processes(cluster: BenchCluster, database: str = "sokovan_bench_creates") -> dict[str, list[int]]:
     """Who shares the CPU during the burst: the manager workers, this load generator, the
     PostgreSQL backends of the bench's database, the hollow fleet."""
-    backends = subprocess.run(
-        ["pgrep", "-f", "postgres: .* sokovan_bench_creates"], capture_output=True, text=True
-    )
+    backends = subprocess.run(["pgrep", "-f", f"postgres: .* {database} "], capture_output=True, text=True)
     fleet = subprocess.run(["pgrep", "-f", "sokovan agent --id bench"], capture_output=True, text=True)
     return {
         "manager": cluster.manager_pids(),
