@@ -25,7 +25,8 @@ and writes it to .dev/bench/result.json.
 
 Each round: a steady run (with where its time goes: each hop's p50 and each lane's cycles,
 scripts/bench/hops.py) (and a light one), each phase also with the CPU each party used per session
-(`<phase>_cpu_us_per_session_<manager|postgres|fleet|load_generator>`), then (on the emptied
+(`<phase>_cpu_us_per_session_<manager|postgres|fleet|load_generator>`) and how long the
+manager's threads waited for a core (`<phase>_manager_runqueue_wait_s_per_s`), then (on the emptied
 cluster, with an app proxy) the deployments phase of scripts/bench/deployments.py, then the burst,
 then (with every burst session RUNNING) the node-failure phase of scripts/bench/node_failure.py.
 """
@@ -33,10 +34,12 @@ then (with every burst session RUNNING) the node-failure phase of scripts/bench/
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import platform
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -69,22 +72,41 @@ def worker_count(workers: str) -> int:
 class PhaseCPU:
     """The CPU each party (the manager's workers, PostgreSQL's backends of the bench's database,
     the hollow fleet, this load generator) used over a phase, in µs per session of the phase: how
-    the work is shared out, which the latencies alone do not say on a machine the parties share."""
+    the work is shared out, which the latencies alone do not say on a machine the parties share.
+    Also how long the manager's threads waited for a core, per second of the phase
+    (`<phase>_manager_runqueue_wait_s_per_s`, from `/proc/<pid>/task/*/schedstat`): what a busy
+    machine adds to every step of theirs."""
 
     def __init__(self, cluster: BenchCluster) -> None:
         self.cluster = cluster
         self.before: dict[str, dict[int, float]] = {}
+        self.waited = 0.0
+        self.began = 0.0
 
     def start(self) -> None:
         self.before = {k: cpu_seconds(v) for k, v in processes(self.cluster, "sokovan_bench").items()}
+        self.waited, self.began = runqueue_wait(self.cluster.manager_pids()), time.monotonic()
 
     def per_session(self, phase: str, sessions: int) -> dict[str, float]:
         after = {k: cpu_seconds(v) for k, v in processes(self.cluster, "sokovan_bench").items()}
         per = 1_000_000 / max(sessions, 1)
-        return {
+        out: dict[str, float] = {
             f"{phase}_cpu_us_per_session_{k}": round(cpu_used(self.before.get(k, {}), t) * per)
             for k, t in after.items()
         }
+        waited = runqueue_wait(self.cluster.manager_pids()) - self.waited
+        out[f"{phase}_manager_runqueue_wait_s_per_s"] = round(waited / (time.monotonic() - self.began), 3)
+        return out
+
+
+def runqueue_wait(pids: list[int]) -> float:
+    """Seconds the threads of these processes have spent runnable but waiting for a core."""
+    total = 0
+    for pid in pids:
+        for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                total += int(stat.read_text().split()[1])
+    return total / 1e9
 
 
 async def one_round(
