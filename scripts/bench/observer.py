@@ -4,7 +4,7 @@ process so that their cost lands on the manager and not on the load generator's 
 
 The reader and the poller are two processes (two clients: an event consumer and a dashboard), both
 on uvloop. In one process, the reader's work (some 4,000 events a second under the steady load)
-delayed the poller's own reads: its measured p99 was 20-30 ms above a poller of its own beside it.
+delayed the poller's own reads: its measured p99 was 26-31 ms above a poller of its own beside it.
 `BENCH_OBSERVER_SPLIT=0` runs both in one process, as before.
 
 `Observer(api, token).start()` runs `python -m scripts.bench.observer` for the phase; `stop()`
@@ -100,8 +100,8 @@ async def _watch(api: str, token: str, stop: asyncio.Event, parts: Sequence[str]
         while not stop.is_set():
             try:
                 async with http.get(f"{api}/v2/events", headers=headers) as resp:
-                    # Read in chunks, counting each event's `event:` line at a line's start: a
-                    # loop step per line cost this process as much as the page reads it times.
+                    # Read in chunks, counting each event's `event:` line at a line's start,
+                    # rather than a loop step per line (three lines an event) for a count.
                     tail = b"\n"  # the stream starts at a line's start
                     async for chunk in resp.content.iter_any():
                         seen["event_bytes"] += len(chunk)
