@@ -43,7 +43,10 @@ async def test_a_detached_fleet_hands_its_kernels_to_the_next_start(
     await run_kernel(client, first.rpc_addr, events, web, agent_id="hollow-0001")
 
     await first.stop(detach=True)
-    await events.wait_for(lambda _: len([e for e in events.seen if e.name == "agent.stopping"]) == 2)
+    ours = set(first.agents)  # the streams also hold the events of agents that earlier tests ran
+    await events.wait_for(
+        lambda _: len([e for e in events.seen if e.name == "agent.stopping" and e.agent_id in ours]) == 2
+    )
     assert not any(isinstance(e, KernelTerminated) for e in events.seen)
     kept = HollowStateFile(path).load()
     assert sorted(k.kernel_id for k in kept["hollow-0000"]) == sorted(
