@@ -9,6 +9,7 @@ the selector out keeps each scaling group's own from the trace.
 from __future__ import annotations
 
 import itertools
+import multiprocessing
 import os
 import time
 from collections.abc import Iterable, Sequence
@@ -53,7 +54,10 @@ def run_all(
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(combos)))
     if jobs == 1:
         return [run_one(trace, c, seed) for c in combos]
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    # Workers from a fork server, not forked from this process: a process with other threads (an
+    # etcd client's gRPC threads, in a test worker that ran one) forks children that can crash.
+    context = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
         return list(pool.map(run_one, [trace] * len(combos), combos, [seed] * len(combos)))
 
 
