@@ -105,8 +105,9 @@ async def _watch(api: str, token: str, stop: asyncio.Event, parts: Sequence[str]
                     tail = b"\n"  # the stream starts at a line's start
                     async for chunk in resp.content.iter_any():
                         seen["event_bytes"] += len(chunk)
-                        seen["events"] += (tail + chunk).count(_EVENT_LINE)
-                        tail = (tail + chunk)[-(len(_EVENT_LINE) - 1) :]
+                        joined = tail + chunk
+                        seen["events"] += joined.count(_EVENT_LINE)
+                        tail = joined[-(len(_EVENT_LINE) - 1) :]
             except (TimeoutError, aiohttp.ClientError):
                 await asyncio.sleep(0.5)
 

@@ -67,7 +67,6 @@ class CoordinatorLoop:
         # Whether this process holds the lane (its cycles and hints are counted only then: in
         # another worker or manager the loop runs, but its cycles find the lane not theirs).
         self.held: Callable[[], bool] = lambda: True
-        self._started = -math.inf  # (monotonic) when the last cycle started
 
     def hint(self, demand: bool = False) -> None:
         """Run a short cycle soon; `demand`: the hint only says more work arrived (a create), so
@@ -135,15 +134,15 @@ class CoordinatorLoop:
             spaced = self._quiet_until > time.monotonic() and not (urgent or self._news.is_set())
             if kind == "short" and spaced:
                 return None
-            self._started = time.monotonic()
+            started = time.monotonic()
             try:
                 moved = await (self._short_cycle() if kind == "short" else self._cycle())
             except Exception as exc:
-                self._count_cycle(kind, "failed")
+                self._count_cycle(kind, "failed", started)
                 self._failed(exc, kind)
                 return False
             if moved or self.held():  # another process's lane: its loop here ran nothing
-                self._count_cycle(kind, "moved" if moved else "fruitless")
+                self._count_cycle(kind, "moved" if moved else "fruitless", started)
             if self._away:
                 self._away = False
                 log.info("coordinator.services_back", coordinator=self.name)
@@ -152,8 +151,8 @@ class CoordinatorLoop:
             self.on_moved()
         return moved
 
-    def _count_cycle(self, kind: str, outcome: str) -> None:
-        CYCLE_SECONDS.labels(lane=self.name).observe(time.monotonic() - self._started)
+    def _count_cycle(self, kind: str, outcome: str, started: float) -> None:
+        CYCLE_SECONDS.labels(lane=self.name).observe(time.monotonic() - started)
         LANE_CYCLES.labels(lane=self.name, kind=kind, outcome=outcome).inc()
 
     def _failed(self, exc: Exception, kind: str) -> None:
