@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -42,16 +40,6 @@ class Forger(Recorder):
         answers.note(KernelPrepared(agent_id="a2", kernel_id=mine.kernel_id, session_id=mine.session_id))
         answers.note(KernelPrepared(agent_id="a1", kernel_id=self.victim, session_id=mine.session_id))
         return AcceptedResponse(accepted=[mine.kernel_id], events=[{"name": "kernel.prepared"}])
-
-
-@pytest.fixture
-async def served(engine: AsyncEngine) -> AsyncIterator[tuple[Seed, AgentRPCClient, list[RPCServer]]]:
-    servers: list[RPCServer] = []
-    client = AgentRPCClient(SECRET, timeout=30)
-    yield await Seed(engine).tenancy(), client, servers
-    for server in servers:
-        await server.stop()
-    await client.close()
 
 
 async def serve(

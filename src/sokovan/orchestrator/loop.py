@@ -77,6 +77,16 @@ class CoordinatorLoop:
             self._news.set()
         self._hint.set()
 
+    async def run_now(self, work: Callable[[], Awaitable[bool]]) -> bool | None:
+        """Run `work` in this loop's place, at once: as one of its cycles would, never beside one
+        (another lane carrying its sessions on into this one, `ScheduleCoordinator.settle`). None,
+        without running it, while a cycle of this loop runs or the lane is another process's: the
+        caller wakes the loop instead. Not counted as a cycle."""
+        if self._lock.locked() or not self.held():
+            return None
+        async with self._lock:
+            return await work()
+
     async def run(self, stop: asyncio.Event) -> None:
         await run_together(
             [(f"{self.name}.short", self._short(stop)), (f"{self.name}.long", self._long(stop))]

@@ -246,6 +246,7 @@ class SokovanOrchestrator:
         )
         self.schedule.next_lanes = next_lanes
         self.schedule.on_wake = self.wake
+        self.schedule.run_now = self._run_now
         retry = RetryCoordinator(engine, config, self.lock, events)
         maintenance = MaintenanceCoordinator(engine, rpc, config, self.lock)
         self.nodes = NodeCoordinator(
@@ -347,6 +348,12 @@ class SokovanOrchestrator:
         (e.g. `schedule.place`)."""
         coordinator, _, _ = name.partition(".")
         return [loop for loop in self.loops.get(coordinator, []) if name in (coordinator, loop.name)]
+
+    async def _run_now(self, name: str, work: Callable[[], Awaitable[bool]]) -> bool | None:
+        """Run `work` in the place of a cycle of lane `name`, at once, if this process holds the
+        lane and no cycle of it runs (`CoordinatorLoop.run_now`); else None."""
+        loops = self._named(name)
+        return await loops[0].run_now(work) if len(loops) == 1 else None
 
     def hint(self, *names: str) -> None:
         """Wake this manager's loops for each of `names` (as hints arrive over Redis; a name may

@@ -12,7 +12,7 @@ while each behaves as if one manager ran it. `cycle()` runs all lanes in turn.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -40,6 +40,12 @@ from sokovan.state.status_info import SessionStatusInfo
 
 log = structlog.get_logger(__name__)
 
+# Sessions one cycle's two-step moves land in the next agent call's status that the same cycle
+# carries on into that call (`carry_on`), at most. More (a burst) are left to the next lane's own
+# cycle, so that the two lanes' calls overlap: the agents work on one batch while the manager
+# writes the other.
+CARRY_AT_MOST = 256
+
 
 class ScheduleCoordinator(
     Coordinator[SessionHandler, SessionWithKernels, SessionTransition, HandlerResult[SessionStatusInfo]]
@@ -55,6 +61,10 @@ class ScheduleCoordinator(
         lanes = handlers if isinstance(handlers, Mapping) else {"all": handlers}
         super().__init__(Hint.SCHEDULE, SessionKind(config), engine, lanes, lock, events)
         self._kernel_events = KernelEventApplier(engine)
+        # Runs work in the place of a cycle of the lane named, at once, if this process may (it
+        # holds the lane and no cycle of it runs); None if not. The orchestrator sets it.
+        self.run_now: Callable[[str, Callable[[], Awaitable[bool]]], Awaitable[bool | None]] = _not_here
+        self._carries: dict[str, tuple[str, CallAgents] | None] = {}
 
     def for_short_cycle(self, handler: SessionHandler) -> SessionHandler | None:
         """A hinted cycle leaves the promotions the event path follows to it (`Promotion.followed`):
@@ -90,14 +100,54 @@ class ScheduleCoordinator(
         if not isinstance(handler, CallAgents):
             return await self.apply(changes, entered, landed)
         two_step, rest, left = two_step_moves(handler.call, changes, rows, handler.take_answers())
+        # Sessions a lane's cycle hands on to an agent call of the next lane are carried on
+        # (`carry_on`); a caller that runs more handlers on the sessions itself (`landed`) is not.
+        carry = self._carried_into(handler) if landed is None and two_step else None
+        ends: dict[Any, str] | None = {} if carry is not None else landed
         # A two-step move is written only with other hand-offs: a batch of its own.
-        moved = await self.apply(two_step, entered, landed)
+        moved = await self.apply(two_step, entered, ends)
         if two_step:  # the promotion each two-step move stands for ran too
             HANDLER_RUNS.labels(handler=handler.call.then.spec.name, result="SUCCESS").inc(len(two_step))
         moved |= await self.apply(rest, entered, landed)
         if left and not await self.apply_answers(left):
             handler.give_back(left)
+        if carry is not None and ends is not None:
+            await self.carry_on(*carry, ends)
         return moved or bool(left)
+
+    def _carried_into(self, handler: CallAgents) -> tuple[str, CallAgents] | None:
+        """The lane (hint name) and agent call that take on the sessions `handler`'s two-step
+        moves land (prepared sessions: the start lane's call), if any."""
+        if handler.name not in self._carries:
+            landing = handler.call.then.spec.to
+            found = None
+            for name in self.next_lanes(frozenset({landing.value})):
+                first = next(iter(self.lanes.get(name.removeprefix(f"{self.name}."), [])), None)
+                if isinstance(first, CallAgents) and first.call.session == landing:
+                    found = (name, first)
+            self._carries[handler.name] = found
+        return self._carries[handler.name]
+
+    async def carry_on(self, lane: str, call: CallAgents, ends: dict[Any, str]) -> None:
+        """Make `call` (lane `lane`'s) for the sessions that just landed in its status (`ends`:
+        session → status), at once, in the place of a cycle of that lane: their next hop costs
+        no hand-off to another cycle and no read of the lane's whole batch, as the sessions are
+        known. Done only where this process holds that lane and no cycle of it runs; otherwise,
+        and for any session the call leaves where it was (a retry to come, a call that outlasts
+        the cycle), that lane is woken as before. The sessions elsewhere wake their lanes."""
+        status = call.call.session.value
+        ready = [sid for sid, dst in ends.items() if dst == status]
+        self.wake_for(frozenset(dst for dst in ends.values() if dst != status))
+        if not ready:
+            return
+        if len(ready) > CARRY_AT_MOST:  # a burst: the lanes work on two batches at once instead
+            self.on_wake(lane)
+            return
+        reached: dict[Any, str] = {}
+        ran = await self.run_now(lane, lambda: self.run_handler(call.focused(ready), landed=reached))
+        self.wake_for(frozenset(reached.values()))
+        if ran is None or len(reached) < len(ready) or status in reached.values():
+            self.on_wake(lane)
 
     async def apply_answers(self, events: Sequence[KernelEvent]) -> bool:
         """Apply the kernel events agents' answers carried (`agent.answers`) that no two-step move
@@ -124,3 +174,8 @@ class ScheduleCoordinator(
             moved |= await self.run_handler(PromoteSessions(spec).focused(session_ids), landed=landed)
         self.wake_for(frozenset(landed.values()))
         return moved
+
+
+async def _not_here(lane: str, work: Callable[[], Awaitable[bool]]) -> bool | None:
+    """No lane runs here (a coordinator without an orchestrator): hand off by waking instead."""
+    return None

@@ -9,6 +9,8 @@ of which was answered into the next status (prepared, running) moves on in the s
 call's success (`answered_moves`), and the coordinator applies any other answered event right
 after that write (`ScheduleCoordinator.apply_answers`), so a session whose image is there, or
 whose kernel starts at once, moves on within the lane's cycle instead of a trip over the bus later.
+The sessions a prepare cycle so moved to PREPARED are started by that same cycle, in the start
+lane's place, where this process may (`ScheduleCoordinator.carry_on`, `CallAgents.focused`).
 
 A failed call is a failure of that stage (retried, then the session is rescheduled). The kernels
 for one agent go in calls that stay under its body limit; a session too large for one call fails
@@ -24,10 +26,11 @@ One slow agent never holds other agents' sessions, or the lane, back.
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime as dt
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from sokovan.common.rpc import AcceptedResponse, AgentRPCClient, KernelSpec
@@ -169,10 +172,30 @@ class CallAgents(SessionHandler):
         self._rpc = rpc
         self.in_flight = InFlight(wake or (lambda: None))
         self._answers: list[KernelEvent] = []
+        self._focus: list[uuid.UUID] | None = None
+
+    def focused(self, session_ids: Collection[uuid.UUID]) -> CallAgents:
+        """The same call for `session_ids` only (those of them in its targets), sharing the calls
+        in flight: a session another lane's cycle just handed on is called at once
+        (`ScheduleCoordinator.settle`), as the lane's own next cycle would have called it."""
+        view = copy.copy(self)
+        view._answers = []
+        view._focus = list(session_ids)
+        return view
 
     def narrowing(self, now: dt.datetime) -> Narrowing | None:
-        """The sessions whose calls are still running are not read (their outcome comes later)."""
+        """The sessions whose calls are still running are not read (their outcome comes later);
+        a focused call reads its sessions only."""
         busy = list(self.in_flight.running)
+        if self._focus is not None:
+            params = {"focus": self._focus}
+            if not busy:
+                return Narrowing((self.name, "focus"), lambda: among_bound(Session.id, "focus"), params)
+            return Narrowing(
+                (self.name, "focus", "busy"),
+                lambda: among_bound(Session.id, "focus") & ~among_bound(Session.id, "busy"),
+                {**params, "busy": busy},
+            )
         if not busy:
             return None
         return Narrowing((self.name, "busy"), lambda: ~among_bound(Session.id, "busy"), {"busy": busy})
