@@ -41,10 +41,12 @@ from sokovan.state.status_info import SessionStatusInfo
 log = structlog.get_logger(__name__)
 
 # Sessions one cycle's two-step moves land in the next agent call's status that the same cycle
-# carries on into that call (`carry_on`), at most. More (a burst) are left to the next lane's own
-# cycle, so that the two lanes' calls overlap: the agents work on one batch while the manager
-# writes the other.
-CARRY_AT_MOST = 256
+# carries on into that call (`carry_on`), at most. More (a steady stream, a burst) are left to the
+# next lane's own cycle, so that the two lanes' calls overlap: the agents work on one batch while
+# the manager writes the other. Carried at any size, a prepare cycle of 25-40 sessions at 200
+# creates/s also made the start call before the next SCHEDULED sessions were read, and their
+# SCHEDULED -> PREPARING hop grew by about what the PREPARED -> CREATING hop saved.
+CARRY_AT_MOST = 16
 
 
 class ScheduleCoordinator(
@@ -140,7 +142,7 @@ class ScheduleCoordinator(
         self.wake_for(frozenset(dst for dst in ends.values() if dst != status))
         if not ready:
             return
-        if len(ready) > CARRY_AT_MOST:  # a burst: the lanes work on two batches at once instead
+        if len(ready) > CARRY_AT_MOST:  # a stream or a burst: the two lanes overlap instead
             self.on_wake(lane)
             return
         reached: dict[Any, str] = {}
