@@ -42,10 +42,11 @@ log = structlog.get_logger(__name__)
 
 # Sessions one cycle's two-step moves land in the next agent call's status that the same cycle
 # carries on into that call (`carry_on`), at most. More (a steady stream, a burst) are left to the
-# next lane's own cycle, so that the two lanes' calls overlap: the agents work on one batch while
-# the manager writes the other. Carried at any size, a prepare cycle of 25-40 sessions at 200
-# creates/s also made the start call before the next SCHEDULED sessions were read, and their
-# SCHEDULED -> PREPARING hop grew by about what the PREPARED -> CREATING hop saved.
+# next lane's own cycle, woken by the write as before, so that the two lanes' calls overlap: the
+# agents work on one batch while the manager writes the other. Carried at any size, a prepare
+# cycle of 25-40 sessions at 200 creates/s also made the start call before the next SCHEDULED
+# sessions were read, and their SCHEDULED -> PREPARING hop grew by about what the PREPARED ->
+# CREATING hop saved.
 CARRY_AT_MOST = 16
 
 
@@ -103,8 +104,10 @@ class ScheduleCoordinator(
             return await self.apply(changes, entered, landed)
         two_step, rest, left = two_step_moves(handler.call, changes, rows, handler.take_answers())
         # Sessions a lane's cycle hands on to an agent call of the next lane are carried on
-        # (`carry_on`); a caller that runs more handlers on the sessions itself (`landed`) is not.
-        carry = self._carried_into(handler) if landed is None and two_step else None
+        # (`carry_on`), a few at a time; a caller that runs more handlers on the sessions itself
+        # (`landed`) is not. More are handed on as before, the next lane woken by the write.
+        few = 0 < len(two_step) <= CARRY_AT_MOST
+        carry = self._carried_into(handler) if landed is None and few else None
         ends: dict[Any, str] | None = {} if carry is not None else landed
         # A two-step move is written only with other hand-offs: a batch of its own.
         moved = await self.apply(two_step, entered, ends)
@@ -141,9 +144,6 @@ class ScheduleCoordinator(
         ready = [sid for sid, dst in ends.items() if dst == status]
         self.wake_for(frozenset(dst for dst in ends.values() if dst != status))
         if not ready:
-            return
-        if len(ready) > CARRY_AT_MOST:  # a stream or a burst: the two lanes overlap instead
-            self.on_wake(lane)
             return
         reached: dict[Any, str] = {}
         ran = await self.run_now(lane, lambda: self.run_handler(call.focused(ready), landed=reached))
