@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 import uuid
 from collections.abc import AsyncIterator
 
@@ -18,12 +19,13 @@ from sokovan.agent import answers
 from sokovan.agent.hollow_agent import HollowAgent, HollowBehaviour
 from sokovan.agent.images import ImageCatalog
 from sokovan.agent.rpc_server import RPCServer
-from sokovan.common.rpc import AgentRPCClient
+from sokovan.common.rpc import AcceptedResponse, AgentRPCClient, CreateKernelsRequest
 from sokovan.common.types import SessionStatus
 from sokovan.config.cluster import ClusterConfig
 from sokovan.db.models import SessionSchedulingHistory
 from sokovan.orchestrator.orchestrator import SokovanOrchestrator
 from sokovan.orchestrator.schedule import coordinator as schedule_coordinator
+from sokovan.orchestrator.schedule.handlers.lifecycle.call_agents import CallAgents
 from sokovan.orchestrator.schedule.handoffs import PREPARE, START
 from tests.orchestrator.db_seed import Seed
 from tests.orchestrator.test_rpc_answers_db import serve, status_of
@@ -34,14 +36,9 @@ S = SessionStatus
 Carried = tuple[Seed, SokovanOrchestrator, list[str]]
 
 
-@pytest.fixture
-async def carried(
-    engine: AsyncEngine, served: tuple[Seed, AgentRPCClient, list[RPCServer]]
-) -> AsyncIterator[Carried]:
-    """One manager process with an agent that prepares and starts at once; it holds both agent-call
-    lanes. Yields the seed, the orchestrator and the lanes its coordinator wakes."""
-    seed, client, servers = served
-    behaviour = HollowBehaviour(
+def _at_once() -> HollowBehaviour:
+    """A hollow agent's behaviour whose images are there: it prepares at once."""
+    return HollowBehaviour(
         scaling_group="default",
         available_slots={"cpu": "64"},
         catalog=ImageCatalog(),
@@ -49,7 +46,16 @@ async def carried(
         pull_failure_rate=0.0,
         rng=random.Random(1),
     )
-    await serve(engine, seed, servers, HollowAgent("a1", "b", behaviour, answers.note))
+
+
+@pytest.fixture
+async def carried(
+    engine: AsyncEngine, served: tuple[Seed, AgentRPCClient, list[RPCServer]]
+) -> AsyncIterator[Carried]:
+    """One manager process with an agent that prepares and starts at once; it holds both agent-call
+    lanes. Yields the seed, the orchestrator and the lanes its coordinator wakes."""
+    seed, client, servers = served
+    await serve(engine, seed, servers, HollowAgent("a1", "b", _at_once(), answers.note))
     orchestrator = SokovanOrchestrator(engine, client, ClusterConfig())
     for name in (PREPARE, START):
         assert await orchestrator.lock.acquire(name)
@@ -135,3 +141,50 @@ async def test_a_lane_another_process_holds_is_woken_not_run(engine: AsyncEngine
 
     assert await status_of(engine, sid) == "PREPARED"
     assert START in woken
+
+
+class SlowStart(HollowAgent):
+    """Starts its kernels a third of a second late (a container that is slow to start)."""
+
+    async def create_kernels(self, request: CreateKernelsRequest) -> AcceptedResponse:
+        await asyncio.sleep(0.3)
+        return await super().create_kernels(request)
+
+
+async def test_a_slow_start_goes_on_in_the_background_and_the_start_lane_reports_it(
+    engine: AsyncEngine,
+    served: tuple[Seed, AgentRPCClient, list[RPCServer]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(schedule_coordinator, "CARRY_WAIT", 0.05)
+    seed, client, servers = served
+    await serve(engine, seed, servers, SlowStart("a1", "b", _at_once(), answers.note))
+    orchestrator = SokovanOrchestrator(engine, client, ClusterConfig())
+    try:
+        for name in (PREPARE, START):
+            assert await orchestrator.lock.acquire(name)
+        woken: list[str] = []
+        orchestrator.schedule.on_wake = woken.append
+        (start_call,) = [h for h in orchestrator.schedule.lanes["start"] if isinstance(h, CallAgents)]
+        ended = asyncio.Event()
+        start_call.in_flight.wake = ended.set  # what wakes the start lane when the call ends
+        sid = await seed.session(status=S.SCHEDULED, agent_id="a1")
+
+        began = time.monotonic()
+        await orchestrator.schedule.cycle_lane("prepare", short=True)
+        assert time.monotonic() - began < 0.3  # the prepare lane did not wait for the start
+        assert await status_of(engine, sid) == "PREPARED"
+        assert START in woken
+
+        await asyncio.wait_for(ended.wait(), 5)
+        await orchestrator.schedule.cycle_lane("start", short=True)
+        # The call's success and the running event its answer carried: one write, as ever.
+        assert await status_of(engine, sid) == "RUNNING"
+        assert await _history(engine, sid) == [
+            ("PrepareSessions", "PREPARING"),
+            ("PromoteToPrepared", "PREPARED"),
+            ("StartSessions", "CREATING"),
+            ("PromoteToRunning", "RUNNING"),
+        ]
+    finally:
+        await orchestrator.lock.release_all()

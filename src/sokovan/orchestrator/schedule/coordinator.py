@@ -48,6 +48,10 @@ log = structlog.get_logger(__name__)
 # sessions were read, and their SCHEDULED -> PREPARING hop grew by about what the PREPARED ->
 # CREATING hop saved.
 CARRY_AT_MOST = 16
+# Seconds a carried call's answers are awaited: a call that takes longer (a container that starts
+# slowly) goes on in the background and the start lane reports it (`CallAgents.focused`), so the
+# lane that carried it is held no longer than this.
+CARRY_WAIT = 0.1
 
 
 class ScheduleCoordinator(
@@ -137,19 +141,24 @@ class ScheduleCoordinator(
         """Make `call` (lane `lane`'s) for the sessions that just landed in its status (`ends`:
         session → status), at once, in the place of a cycle of that lane: their next hop costs
         no hand-off to another cycle and no read of the lane's whole batch, as the sessions are
-        known. Done only where this process holds that lane and no cycle of it runs; otherwise,
-        and for any session the call leaves where it was (a retry to come, a call that outlasts
-        the cycle), that lane is woken as before. The sessions elsewhere wake their lanes."""
+        known. Done only where this process holds that lane and no cycle of it runs, its answers
+        awaited `CARRY_WAIT` only; otherwise, and for any session the call leaves where it was (a
+        retry to come, a call still running), that lane is woken as before. The sessions
+        elsewhere wake their lanes."""
         status = call.call.session.value
         ready = [sid for sid, dst in ends.items() if dst == status]
         self.wake_for(frozenset(dst for dst in ends.values() if dst != status))
         if not ready:
             return
         reached: dict[Any, str] = {}
-        ran = await self.run_now(lane, lambda: self.run_handler(call.focused(ready), landed=reached))
-        self.wake_for(frozenset(reached.values()))
-        if ran is None or len(reached) < len(ready) or status in reached.values():
-            self.on_wake(lane)
+        ran: bool | None = None
+        try:
+            focused = call.focused(ready, CARRY_WAIT)
+            ran = await self.run_now(lane, lambda: self.run_handler(focused, landed=reached))
+        finally:  # a call that failed, or was cancelled, leaves its sessions to that lane too
+            self.wake_for(frozenset(reached.values()))
+            if ran is None or len(reached) < len(ready) or status in reached.values():
+                self.on_wake(lane)
 
     async def apply_answers(self, events: Sequence[KernelEvent]) -> bool:
         """Apply the kernel events agents' answers carried (`agent.answers`) that no two-step move

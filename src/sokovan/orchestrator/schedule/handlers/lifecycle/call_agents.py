@@ -173,14 +173,17 @@ class CallAgents(SessionHandler):
         self.in_flight = InFlight(wake or (lambda: None))
         self._answers: list[KernelEvent] = []
         self._focus: list[uuid.UUID] | None = None
+        self._wait = STRAGGLER_WAIT
 
-    def focused(self, session_ids: Collection[uuid.UUID]) -> CallAgents:
-        """The same call for `session_ids` only (those of them in its targets), sharing the calls
-        in flight: a session another lane's cycle just handed on is called at once
-        (`ScheduleCoordinator.settle`), as the lane's own next cycle would have called it."""
-        view = copy.copy(self)
-        view._answers = []
+    def focused(self, session_ids: Collection[uuid.UUID], wait: float) -> CallAgents:
+        """The same call for `session_ids` only (those of them in its targets), its answers awaited
+        `wait` seconds: a session another lane's cycle just handed on is called at once
+        (`ScheduleCoordinator.carry_on`), as the lane's own next cycle would have called it. It
+        shares this handler's calls in flight and the answers they bring, so a call that outlasts
+        `wait` is reported, and its answers applied, by this handler's lane."""
+        view = copy.copy(self)  # shallow: the same InFlight, the same list of answers
         view._focus = list(session_ids)
+        view._wait = wait
         return view
 
     def narrowing(self, now: dt.datetime) -> Narrowing | None:
@@ -219,7 +222,7 @@ class CallAgents(SessionHandler):
             lambda k: k.status == self.call.kernel,
             send,
             lambda k: sizes[k.id],
-            wait=STRAGGLER_WAIT,
+            wait=self._wait,
             late=self.in_flight.add,
         )
         result.successes += outcome.successes
@@ -228,10 +231,11 @@ class CallAgents(SessionHandler):
 
     def give_back(self, answers: list[KernelEvent]) -> None:
         """Answers that could not be applied now: the next take returns them first."""
-        self._answers = answers + self._answers
+        self._answers[:0] = answers  # in place: a focused view shares the list
 
     def take_answers(self) -> list[KernelEvent]:
         """The kernel events the agents' answers carried since the last take (a late call's too),
         for the coordinator to apply once it has written this cycle's transitions."""
-        answers, self._answers = self._answers, []
+        answers = list(self._answers)
+        self._answers.clear()  # in place: a focused view shares the list
         return answers
