@@ -79,7 +79,7 @@ class CoordinatorLoop:
 
     async def run_now(self, work: Callable[[], Awaitable[bool]]) -> bool | None:
         """Run `work` in this loop's place, at once: as one of its cycles would, never beside one
-        (another lane carrying its sessions on into this one, `ScheduleCoordinator.settle`). None,
+        (another lane carrying its sessions on into this one, `ScheduleCoordinator.carry_on`). None,
         without running it, while a cycle of this loop runs or the lane is another process's: the
         caller wakes the loop instead. Not counted as a cycle."""
         if self._lock.locked() or not self.held():
