@@ -6,7 +6,6 @@ sessions; otherwise the start lane is woken, as before."""
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -16,8 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sokovan.agent import answers
-from sokovan.agent.hollow_agent import HollowAgent, HollowBehaviour
-from sokovan.agent.images import ImageCatalog
+from sokovan.agent.hollow_agent import HollowAgent
 from sokovan.agent.rpc_server import RPCServer
 from sokovan.common.rpc import AcceptedResponse, AgentRPCClient, CreateKernelsRequest
 from sokovan.common.types import SessionStatus
@@ -28,24 +26,12 @@ from sokovan.orchestrator.schedule import coordinator as schedule_coordinator
 from sokovan.orchestrator.schedule.handlers.lifecycle.call_agents import CallAgents
 from sokovan.orchestrator.schedule.handoffs import PREPARE, START
 from tests.orchestrator.db_seed import Seed
-from tests.orchestrator.test_rpc_answers_db import serve, status_of
+from tests.orchestrator.test_rpc_answers_db import at_once, serve, status_of
 
 S = SessionStatus
 
 
 Carried = tuple[Seed, SokovanOrchestrator, list[str]]
-
-
-def _at_once() -> HollowBehaviour:
-    """A hollow agent's behaviour whose images are there: it prepares at once."""
-    return HollowBehaviour(
-        scaling_group="default",
-        available_slots={"cpu": "64"},
-        catalog=ImageCatalog(),
-        pull_delay=0.0,
-        pull_failure_rate=0.0,
-        rng=random.Random(1),
-    )
 
 
 @pytest.fixture
@@ -55,7 +41,7 @@ async def carried(
     """One manager process with an agent that prepares and starts at once; it holds both agent-call
     lanes. Yields the seed, the orchestrator and the lanes its coordinator wakes."""
     seed, client, servers = served
-    await serve(engine, seed, servers, HollowAgent("a1", "b", _at_once(), answers.note))
+    await serve(engine, seed, servers, HollowAgent("a1", "b", at_once(), answers.note))
     orchestrator = SokovanOrchestrator(engine, client, ClusterConfig())
     for name in (PREPARE, START):
         assert await orchestrator.lock.acquire(name)
@@ -158,7 +144,7 @@ async def test_a_slow_start_goes_on_in_the_background_and_the_start_lane_reports
 ) -> None:
     monkeypatch.setattr(schedule_coordinator, "CARRY_WAIT", 0.05)
     seed, client, servers = served
-    await serve(engine, seed, servers, SlowStart("a1", "b", _at_once(), answers.note))
+    await serve(engine, seed, servers, SlowStart("a1", "b", at_once(), answers.note))
     orchestrator = SokovanOrchestrator(engine, client, ClusterConfig())
     try:
         for name in (PREPARE, START):

@@ -55,6 +55,18 @@ async def serve(
         )
 
 
+def at_once() -> HollowBehaviour:
+    """A hollow agent's behaviour whose images are there: it prepares, and starts, at once."""
+    return HollowBehaviour(
+        scaling_group="default",
+        available_slots={"cpu": "64"},
+        catalog=ImageCatalog(),
+        pull_delay=0.0,
+        pull_failure_rate=0.0,
+        rng=random.Random(1),
+    )
+
+
 async def steps(conn: AsyncConnection, first: Any, where: Any) -> list[tuple[Any, ...]]:
     """(`first`, to_status) of a history table's rows matching `where`, in order."""
     table = first.class_
@@ -71,16 +83,8 @@ async def test_a_session_moves_on_its_agents_answers_alone(
     engine: AsyncEngine, served: tuple[Seed, AgentRPCClient, list[RPCServer]]
 ) -> None:
     seed, client, servers = served
-    behaviour = HollowBehaviour(
-        scaling_group="default",
-        available_slots={"cpu": "64"},
-        catalog=ImageCatalog(),
-        pull_delay=0.0,
-        pull_failure_rate=0.0,
-        rng=random.Random(1),
-    )
     # An agent whose events reach nobody but its answers: no outbox, no bus, no consumer.
-    await serve(engine, seed, servers, HollowAgent("a1", "b", behaviour, answers.note))
+    await serve(engine, seed, servers, HollowAgent("a1", "b", at_once(), answers.note))
     sid = await seed.session(status=S.SCHEDULED, agent_id="a1")  # a hollow `true` runs till destroyed
     published = Collect()
     coordinator = ScheduleCoordinator(
