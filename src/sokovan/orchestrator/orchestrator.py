@@ -238,11 +238,7 @@ class SokovanOrchestrator:
         self._publish = publish
         self._publishing: set[asyncio.Task[None]] = set()
         self.schedule = ScheduleCoordinator(
-            engine,
-            config,
-            session_lanes(engine, rpc, config, events, self.wake),
-            self.lock,
-            events=events,
+            engine, config, session_lanes(engine, rpc, config, events, self.wake), self.lock, events=events
         )
         self.schedule.next_lanes = next_lanes
         self.schedule.on_wake = self.wake
@@ -350,10 +346,8 @@ class SokovanOrchestrator:
         return [loop for loop in self.loops.get(coordinator, []) if name in (coordinator, loop.name)]
 
     async def _run_now(self, name: str, work: Callable[[], Awaitable[bool]]) -> bool | None:
-        """Run `work` in the place of a cycle of lane `name`, at once, if this process holds the
-        lane and no cycle of it runs (`CoordinatorLoop.run_now`); else None."""
-        loops = self._named(name)
-        return await loops[0].run_now(work) if len(loops) == 1 else None
+        """`CoordinatorLoop.run_now` of lane `name`'s loop (None: no such loop here)."""
+        return await loops[0].run_now(work) if len(loops := self._named(name)) == 1 else None
 
     def hint(self, *names: str) -> None:
         """Wake this manager's loops for each of `names` (as hints arrive over Redis; a name may
