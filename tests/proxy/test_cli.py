@@ -96,14 +96,19 @@ async def test_traffic_through_a_proxy_process(
     secret, prefix = proxy_settings.cluster_secret or "", proxy_settings.etcd_prefix
 
     async def up() -> bool:
-        assert proc.poll() is None, "the proxy exited"
+        assert proc.poll() is None, f"the proxy exited:\n{log.read_text()}"
         try:
-            async with client.get(f"{url}/healthz") as resp:
+            # Each try bounded: whatever holds a connection open without answering must not
+            # outlast the wait (it says nothing of the proxy, whose log the failure shows).
+            async with client.get(f"{url}/healthz", timeout=aiohttp.ClientTimeout(total=2)) as resp:
                 return resp.status == 200
-        except aiohttp.ClientConnectionError:
+        except (aiohttp.ClientConnectionError, TimeoutError):
             return False
 
-    await eventually(up, within=20)
+    try:
+        await eventually(up, within=30)
+    except TimeoutError:
+        pytest.fail(f"the proxy did not answer /healthz in 30 s; its log:\n{log.read_text()}")
     replicas = await backends("r1", "r2", "r3")
     probes = [target(b.url, interval=0.2) for b in replicas]
     await publish(redis, proxy_settings, {"svc": [b.url for b in replicas]}, probes)

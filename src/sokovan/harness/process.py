@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -30,12 +31,37 @@ class HarnessError(RuntimeError):
     """A local cluster could not be started, or one of its daemons exited on its own."""
 
 
+_PICK = random.SystemRandom()  # not the seeded module state: two test workers must not pick alike
+
+
+def _below_ephemeral() -> range:
+    """Ports the kernel never hands out on its own: those just below its ephemeral range."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(max(1024, low - 12000), low) if low > 3024 else range(0)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    """A TCP port on 127.0.0.1 that was free a moment ago.
+
+    Picked at random below the ephemeral range: a port the kernel gave `bind(0)` can be taken,
+    before the daemon binds it, as the local end of any outgoing connection (or a client's
+    connection to itself), and tests open many; these ports only another `free_port()` picks."""
+    ports = _below_ephemeral()
+    for _ in range(100 if ports else 0):
+        port = _PICK.choice(ports)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        chosen: int = s.getsockname()[1]
+        return chosen
 
 
 AGENT_ENV_KEEP = ("PATH", "HOME", "LANG", "TZ", "TMPDIR", "VIRTUAL_ENV")
