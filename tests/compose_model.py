@@ -218,8 +218,12 @@ def daemon_variables() -> frozenset[str]:
     def walk(command: click.Command) -> None:
         for param in command.params:
             found.update([param.envvar] if isinstance(param.envvar, str) else param.envvar or [])
-        for sub in getattr(command, "commands", {}).values():
-            walk(sub)
+        if isinstance(command, click.Group):  # the top group loads its commands lazily
+            ctx = click.Context(command)
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                assert sub is not None, name
+                walk(sub)
 
     walk(cli)
     for path in (ROOT / "src" / "sokovan").rglob("*.py"):
