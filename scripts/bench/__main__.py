@@ -54,6 +54,7 @@ from scripts.bench.load import burst, hold_agents, milestones, steady, wait_unti
 from scripts.bench.node_failure import RETRY_DEFAULT, TIMINGS, node_failure_phase
 from scripts.bench.observer import Observer, during
 from scripts.bench.partitions import partitions_phase
+from scripts.bench.profile import PhaseProfile
 from scripts.bench.serving import serving_phase
 from scripts.bench.serving import settings as serving_settings
 from sokovan.common import eventloop
@@ -190,11 +191,14 @@ async def one_round(
         rss = cluster.manager_rss_mib()  # every session PENDING, every agent registered
         await lanes.start()
         cpu.start()
+        profile = PhaseProfile("release")
+        profile.start(cluster.manager_pids())
         began = time.time()
         released = await hold_agents(cluster.engine, held=False)
         await cluster.hint()
         await wait_until(cluster.engine, load["ids"], ("RUNNING",), within=900)
         phases["release"] = (began, time.time())
+        out.update(profile.stop())
         out.update(cpu.per_session("release", sessions))
         out.update({f"release_{k}": v for k, v in (await lanes.stop()).items()})
         m = await milestones(cluster.engine, load["ids"], since=released)

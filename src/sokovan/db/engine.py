@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import functools
+import json
+from typing import Any
 
+import msgspec
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -21,6 +24,20 @@ COMMAND_TIMEOUT = 30.0
 SERVER_SETTINGS = {"idle_in_transaction_session_timeout": "60000"}
 
 
+_DECODER = msgspec.json.Decoder()
+
+
+def json_loads(text: str | bytes) -> Any:
+    """The JSON columns' decoder: msgspec's, some four times faster than `json.loads` on a
+    session's kernels (every lane's read decodes them), and as exact (integers of any size). What
+    it refuses and Python reads (a number past a float's range, a lone surrogate) goes to
+    `json.loads`, so no value a client stored fails to come back."""
+    try:
+        return _DECODER.decode(text)
+    except msgspec.MsgspecError:
+        return json.loads(text)
+
+
 def make_engine(
     url: str, *, pool_size: int = 10, max_overflow: int = 10, command_timeout: float = COMMAND_TIMEOUT
 ) -> AsyncEngine:
@@ -36,6 +53,7 @@ def make_engine(
         max_overflow=max_overflow,
         pool_recycle=1800,
         hide_parameters=True,
+        json_deserializer=json_loads,
         connect_args={
             "timeout": CONNECT_TIMEOUT,
             "command_timeout": command_timeout,

@@ -130,12 +130,16 @@ async def fetch_sessions(
             statuses, kernel_statuses, limit, match=match, changed_before=changed_before, where=where,
             window=window, now=now,
         )  # fmt: skip
-    rows = (await conn.execute(query, params)).all()
+    result = await conn.execute(query, params)
+    # Only a waiting session's read has `depends_json`: asked of the result once, not of each row
+    # (a row's miss raises inside SQLAlchemy, some 4 µs).
+    depends = "depends_json" in result.keys()
+    rows = result.all()
     out: list[SessionWithKernels] = []
     for start in range(0, len(rows), YIELD_EVERY):
         if start:
             await asyncio.sleep(0)  # thousands of rows: let the API and the events in between
-        out += [_session(r) for r in rows[start : start + YIELD_EVERY]]
+        out += [_session(r, depends) for r in rows[start : start + YIELD_EVERY]]
     return out
 
 
@@ -155,10 +159,10 @@ def _kernel(k: dict[str, Any]) -> KernelInfo:
     )
 
 
-def _session(s: Any) -> SessionWithKernels:
-    """A session row (Core, with its group's pending_timeout, its kernels and, for a waiting
-    session, what it depends on), as the handlers see it."""
-    depends_on = getattr(s, "depends_json", None) or ()
+def _session(s: Any, depends: bool) -> SessionWithKernels:
+    """A session row (Core, with its group's pending_timeout, its kernels and, with `depends`, for
+    a waiting session, what it depends on), as the handlers see it."""
+    depends_on = (s.depends_json or ()) if depends else ()
     return SessionWithKernels(
         id=s.id,
         name=s.name,

@@ -1,0 +1,70 @@
+"""An opt-in sampling profile of the manager's processes over one bench phase.
+
+`BENCH_PROFILE=<phase>` (release, steady, low_rate, creates) with `BENCH_PYSPY` (the py-spy
+program, default `py-spy` on PATH) records each manager process at 100 Hz while that phase runs and
+writes py-spy's raw (collapsed) stacks to `.dev/bench/profile-<phase>-<pid>.txt`; `profile_summary`
+folds them into the functions that hold the most samples. py-spy is not a project dependency:
+the bench runs without it, and asks for it only when told to profile.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+OUT = Path(".dev/bench")
+
+
+class PhaseProfile:
+    """py-spy recording every given process while one phase runs (nothing unless asked for)."""
+
+    def __init__(self, phase: str) -> None:
+        self.phase = phase
+        self.wanted = os.environ.get("BENCH_PROFILE", "") == phase
+        self.program = shutil.which(os.environ.get("BENCH_PYSPY", "py-spy")) if self.wanted else None
+        self._procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+    def start(self, pids: list[int]) -> None:
+        if not self.wanted:
+            return
+        if self.program is None:
+            raise SystemExit("BENCH_PROFILE is set but py-spy was not found (BENCH_PYSPY)")
+        OUT.mkdir(parents=True, exist_ok=True)
+        for pid in pids:
+            path = OUT / f"profile-{self.phase}-{pid}.txt"
+            cmd = [self.program, "record", "--pid", str(pid), "--rate", "100", "--format", "raw"]
+            proc = subprocess.Popen([*cmd, "--output", str(path)], stdout=subprocess.DEVNULL)
+            self._procs.append((proc, path))
+
+    def stop(self) -> dict[str, float]:
+        """Stop recording; the largest self and total shares of the samples, as bench figures."""
+        paths = []
+        for proc, path in self._procs:
+            proc.send_signal(signal.SIGINT)  # only the recorder this phase started
+            proc.wait(30)
+            paths.append(path)
+        self._procs = []
+        return profile_summary(paths, self.phase) if paths else {}
+
+
+def profile_summary(paths: list[Path], phase: str, top: int = 25) -> dict[str, float]:
+    """The functions with the most samples (total, that is on the stack) in collapsed stacks."""
+    total: collections.Counter[str] = collections.Counter()
+    count = 0
+    for path in paths:
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            stack, _, n = line.rpartition(" ")
+            if not n.isdigit():
+                continue
+            count += int(n)
+            for frame in set(stack.split(";")):
+                total[frame] += int(n)
+    if not count:
+        return {}
+    return {f"profile_{phase}_{frame}": round(100 * n / count, 1) for frame, n in total.most_common(top)}
