@@ -1,6 +1,6 @@
 """An opt-in sampling profile of the manager's processes over one bench phase.
 
-`BENCH_PROFILE=<phase>` (release, steady, low_rate, creates) with `BENCH_PYSPY` (the py-spy
+`BENCH_PROFILE=<phase>` (idle, steady, low_rate, release) with `BENCH_PYSPY` (the py-spy
 program, default `py-spy` on PATH) records each manager process at 100 Hz while that phase runs and
 writes py-spy's raw (collapsed) stacks to `.dev/bench/profile-<phase>-<pid>.txt`; `profile_summary`
 folds them into the functions that hold the most samples. py-spy is not a project dependency:
@@ -36,7 +36,17 @@ class PhaseProfile:
         OUT.mkdir(parents=True, exist_ok=True)
         for pid in pids:
             path = OUT / f"profile-{self.phase}-{pid}.txt"
-            cmd = [self.program, "record", "--pid", str(pid), "--rate", "100", "--format", "raw"]
+            cmd = [
+                self.program,
+                "record",
+                "--pid",
+                str(pid),
+                "--rate",
+                "100",
+                "--format",
+                "raw",
+                "--nonblocking",
+            ]
             proc = subprocess.Popen([*cmd, "--output", str(path)], stdout=subprocess.DEVNULL)
             self._procs.append((proc, path))
 

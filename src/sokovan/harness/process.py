@@ -10,6 +10,7 @@ process behind; `AgentProc.detach()` sends SIGTERM on purpose, and `kill()` SIGK
 from __future__ import annotations
 
 import asyncio
+import collections
 import http.client
 import os
 import random
@@ -32,35 +33,49 @@ class HarnessError(RuntimeError):
 
 
 _PICK = random.SystemRandom()  # not the seeded module state: two test workers must not pick alike
+_GIVEN: collections.deque[int] = collections.deque(maxlen=1024)  # handed out lately, by this process
 
 
 def _below_ephemeral() -> range:
-    """Ports the kernel never hands out on its own: those just below its ephemeral range."""
+    """Ports the kernel never hands out on its own: those just below its ephemeral range, split
+    between pytest-xdist's workers (each its own share, so two never pick the same one)."""
     try:
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768
-    return range(max(1024, low - 12000), low) if low > 3024 else range(0)
+    ports = range(max(1024, low - 12000), low) if low > 3024 else range(0)
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if ports and worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 0:
+        share = len(ports) // int(count)
+        first = ports.start + share * (int(worker[2:]) % int(count))
+        ports = range(first, first + share)
+    return ports
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago.
+    """A TCP port on 127.0.0.1 that was free a moment ago, and not one this process was given lately.
 
     Picked at random below the ephemeral range: a port the kernel gave `bind(0)` can be taken,
     before the daemon binds it, as the local end of any outgoing connection (or a client's
-    connection to itself), and tests open many; these ports only another `free_port()` picks."""
+    connection to itself), and tests open many; these ports only `free_port()` picks, never twice
+    in a row for one process (a cluster picks all its ports before its daemons bind any) nor for
+    two test workers."""
     ports = _below_ephemeral()
-    for _ in range(100 if ports else 0):
+    for _ in range(200 if ports else 0):
         port = _PICK.choice(ports)
+        if port in _GIVEN:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _GIVEN.append(port)
+        return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         chosen: int = s.getsockname()[1]
+        _GIVEN.append(chosen)
         return chosen
 
 
