@@ -1,6 +1,9 @@
-"""An event's server-sent-events frame is made once, whatever the number of streams sending it."""
+"""An event's server-sent-events frame is made once, whatever the number of streams sending it; an
+event read off the channel carries the JSON it arrived as, when that is one line."""
 
 from __future__ import annotations
+
+import json
 
 from sokovan.bus.user_events import UserEvent, parse_wire, wire_many
 
@@ -13,7 +16,24 @@ def test_the_frame_is_the_event_as_one_message_and_is_made_once() -> None:
     assert event.sse_frame() is frame  # cached: a second stream pays nothing
 
 
-def test_events_read_back_from_the_wire_make_their_frames_afresh() -> None:
+def test_events_read_back_from_the_wire_frame_as_they_were_sent() -> None:
     events = [UserEvent(name="kernel.status", kernel_id=str(n), to_status="RUNNING") for n in range(3)]
     back = parse_wire(wire_many(events))
     assert [e.sse_frame() for e in back] == [e.sse_frame() for e in events]
+
+
+def test_a_frame_carries_the_json_as_it_arrived() -> None:
+    """A field the publisher wrote that this model does not know is in the frame as it was sent:
+    the frame is the arrived JSON, not a second dump of what was parsed from it."""
+    arrived = '{"from":null,"name":"session.status","session_id":"s","newer_field":1}'
+    for message in (arrived, f"[{arrived},{arrived}]"):
+        for event in parse_wire(message):
+            assert event.sse_frame() == f"event: session.status\ndata: {arrived}\n\n".encode()
+
+
+def test_json_over_several_lines_is_framed_on_one() -> None:
+    events = [UserEvent(name="kernel.status", kernel_id=str(n), detail={"m": "a\nb"}) for n in range(3)]
+    pretty = json.dumps(json.loads(wire_many(events)), indent=2)
+    frames = [e.sse_frame() for e in parse_wire(pretty)]
+    assert frames == [e.sse_frame() for e in events]
+    assert all(f.count(b"\n") == 3 for f in frames)  # event, data, the blank line

@@ -13,6 +13,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import msgspec
 import redis.asyncio as aioredis
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -20,6 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from sokovan.bus.answered_marks import MARK_TTL_S, marks_of
 
 log = structlog.get_logger(__name__)
+
+
+_slot = object.__getattribute__
 
 
 def user_events_channel(prefix: str) -> str:
@@ -34,9 +38,12 @@ class UserEvent(BaseModel):
     # The frame's cache: a plain slot, not a pydantic private attribute, whose every read went
     # through `BaseModel.__getattr__` (some 3 µs, and 1 µs more to build each event; a burst
     # makes and sends tens of thousands of them).
-    __slots__ = ("_sse",)
-    if TYPE_CHECKING:  # declared for the type checker only: pydantic takes no part in it
+    # `_got`: the JSON an event read off the channel arrived as, which its frame then carries
+    # as it is, rather than a second dump of what was just parsed from it.
+    __slots__ = ("_got", "_sse")
+    if TYPE_CHECKING:  # declared for the type checker only: pydantic takes no part in them
         _sse: bytes
+        _got: msgspec.Raw | bytes
 
     name: str
     at: dt.datetime = Field(default_factory=lambda: dt.datetime.now(dt.UTC))
@@ -54,12 +61,21 @@ class UserEvent(BaseModel):
 
     def sse_frame(self) -> bytes:
         """The event as one server-sent-events message, made once however many streams send it."""
+        # Read past `BaseModel.__getattr__`, which an unset slot would call (some 3 µs) to raise.
         try:
-            return self._sse
-        except AttributeError:
-            frame = f"event: {self.name}\ndata: {self.wire()}\n\n".encode()
-            object.__setattr__(self, "_sse", frame)
+            frame: bytes = _slot(self, "_sse")
             return frame
+        except AttributeError:
+            pass
+        try:
+            got = bytes(_slot(self, "_got"))
+        except AttributeError:  # made here, not read off the channel
+            got = b"\n"
+        if b"\n" in got or b"\r" in got:  # not as a publisher wrote it: one line of it made here
+            got = self.wire().encode()
+        frame = b"event: " + self.name.encode() + b"\ndata: " + got + b"\n\n"
+        object.__setattr__(self, "_sse", frame)
+        return frame
 
     def wire(self) -> str:
         """The event's JSON, without its null fields, except that a `*.status` event always
@@ -119,10 +135,23 @@ def wire_many(events: Sequence[UserEvent]) -> str:
     return "[" + ",".join(e.wire() for e in events) + "]"
 
 
+_RAW_PARTS = msgspec.json.Decoder(list[msgspec.Raw])
+
+
 def parse_wire(data: str | bytes) -> list[UserEvent]:
     """The events of one message: an event's object (as every manager sends a lone event, and as
-    managers before batching sent every event) or an array of them."""
-    text = data.decode() if isinstance(data, bytes) else data
-    if text.lstrip().startswith("["):
-        return _MANY.validate_json(text)
-    return [UserEvent.model_validate_json(text)]
+    managers before batching sent every event) or an array of them; each keeps the JSON it
+    arrived as, for its frame (`sse_frame`)."""
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    if raw.lstrip().startswith(b"["):
+        events = _MANY.validate_json(raw)
+        try:
+            parts: list[msgspec.Raw] | list[bytes] = _RAW_PARTS.decode(raw)
+        except msgspec.MsgspecError:  # what pydantic read and msgspec does not: frames made anew
+            return events
+    else:
+        events = [UserEvent.model_validate_json(raw)]
+        parts = [raw.strip()]
+    for event, part in zip(events, parts, strict=True):
+        object.__setattr__(event, "_got", part)
+    return events
