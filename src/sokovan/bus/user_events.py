@@ -152,6 +152,7 @@ def parse_wire(data: str | bytes) -> list[UserEvent]:
     else:
         events = [UserEvent.model_validate_json(raw)]
         parts = [raw.strip()]
-    for event, part in zip(events, parts, strict=True):
-        object.__setattr__(event, "_got", part)
+    if len(parts) == len(events):  # as it must be; else each frame is made anew
+        for event, part in zip(events, parts, strict=True):
+            object.__setattr__(event, "_got", part)
     return events
