@@ -1,15 +1,21 @@
-"""The manager's engine decodes JSON columns with msgspec, falling back to Python's json for what
-msgspec refuses: every value stored comes back as Python's own decoder would give it."""
+"""`common.json_text`: the manager's engine decodes JSON columns with msgspec, falling back to
+Python's json for what msgspec refuses (every value stored comes back as Python's own decoder would
+give it), and the writers' batches are encoded by msgspec into JSON PostgreSQL reads as it read
+`json.dumps`'s."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import math
 
 import pytest
 from sqlalchemy import text
 
+from sokovan.common.json_text import dumps
+from sokovan.common.json_text import loads as json_loads
 from sokovan.common.settings import Settings
-from sokovan.db.engine import json_loads, make_engine
+from sokovan.db.engine import make_engine
 
 SAMPLES = [
     '{"a": 123456789012345678901234567890, "b": [1.5, -0, null, true], "c": "é\\u00e9"}',
@@ -40,5 +46,38 @@ async def test_json_and_jsonb_columns_come_back_exact(settings: Settings) -> Non
                 for kind in ("json", "jsonb"):
                     row = (await conn.execute(text(f"SELECT CAST(:v AS {kind}) AS v"), {"v": raw})).one()
                     assert row.v == json.loads(raw), (kind, raw)
+    finally:
+        await engine.dispose()
+
+
+BATCH = [
+    {"n": 123456789012345678901234567890, "t": 'é " \\ \n\u2028 end', "d": {"k": [1, 2.5, None, True]}},
+    {"n": -1, "t": "", "d": {}},
+]
+
+
+def test_dumps_writes_what_json_reads_back_alike() -> None:
+    assert json.loads(dumps(BATCH)) == BATCH
+    assert (
+        dumps({"at": dt.datetime(2026, 11, 30, 1, 2, 3, 4, tzinfo=dt.UTC)})
+        == '{"at":"2026-11-30T01:02:03.000004Z"}'
+    )
+    assert dumps([math.nan, math.inf]) == "[null,null]"  # json.dumps: NaN, which PostgreSQL refuses
+
+
+async def test_a_batch_reads_back_through_jsonb_to_recordset(settings: Settings) -> None:
+    engine = make_engine(settings.db_url, pool_size=1, max_overflow=0)
+    try:
+        async with engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    text(
+                        "SELECT n::text AS n, t AS txt, d FROM jsonb_to_recordset(CAST(:b AS jsonb)) "
+                        "AS v(n numeric, t text, d jsonb)"
+                    ),
+                    {"b": dumps(BATCH)},
+                )
+            ).all()
+        assert [(int(r.n), r.txt, r.d) for r in rows] == [(b["n"], b["t"], b["d"]) for b in BATCH]
     finally:
         await engine.dispose()

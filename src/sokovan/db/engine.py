@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import functools
-import json
-from typing import Any
 
-import msgspec
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from sokovan.common.json_text import loads as json_loads
 from sokovan.db import stranded
 
 CONNECT_TIMEOUT = 5.0  # seconds to open a connection (asyncpg's own default is 60)
@@ -22,20 +20,6 @@ COMMAND_TIMEOUT = 30.0
 # it was in. The manager ends such a session itself once a statement on it times out
 # (`db.stranded`); failing that, the server ends it after this long idle in its transaction (ms).
 SERVER_SETTINGS = {"idle_in_transaction_session_timeout": "60000"}
-
-
-_DECODER = msgspec.json.Decoder()
-
-
-def json_loads(text: str | bytes) -> Any:
-    """The JSON columns' decoder: msgspec's, some four times faster than `json.loads` on a
-    session's kernels (every lane's read decodes them), and as exact (integers of any size). What
-    it refuses and Python reads (a number past a float's range, a lone surrogate) goes to
-    `json.loads`, so no value a client stored fails to come back."""
-    try:
-        return _DECODER.decode(text)
-    except msgspec.MsgspecError:
-        return json.loads(text)
 
 
 def make_engine(
@@ -53,7 +37,7 @@ def make_engine(
         max_overflow=max_overflow,
         pool_recycle=1800,
         hide_parameters=True,
-        json_deserializer=json_loads,
+        json_deserializer=json_loads,  # msgspec's (`common.json_text`)
         connect_args={
             "timeout": CONNECT_TIMEOUT,
             "command_timeout": command_timeout,

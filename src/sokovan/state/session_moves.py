@@ -24,7 +24,6 @@ merge into its session's latest, as on the general path).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -33,7 +32,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.bus.user_events import UserEvent
-from sokovan.common import foresight
+from sokovan.common import foresight, json_text
 from sokovan.common.preemption import NOMINATED_AGENTS, NOMINATED_UNTIL, PREEMPTS
 from sokovan.common.types import KernelStatus, SchedulingResult, SessionStatus
 
@@ -189,7 +188,7 @@ async def apply_moves(
     """Write a batch of hand-offs (`moves_only`) in one statement, filling `out`; returns the stale
     transitions with the status each session was found in, whose history the caller writes."""
     now = dt.datetime.now(dt.UTC)
-    batch = json.dumps([_row(t) for t in transitions])
+    batch = json_text.dumps([_row(t) for t in transitions])
     ids = [t.session_id for t in transitions]
     params = {"batch": batch, "ids": ids, "now": now, "terminal": _TERMINAL, "success": _SUCCESS}
     rows = (await conn.execute(_MOVE, params)).all()

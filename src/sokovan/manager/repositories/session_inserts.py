@@ -15,7 +15,6 @@ the other.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from sokovan.common import json_text
 from sokovan.common.types import KernelStatus, SchedulingResult, SessionStatus
 
 CREATE_HANDLER = "api.create"
@@ -134,7 +134,7 @@ async def insert_sessions(conn: AsyncConnection, batch: Sequence[NewSession]) ->
     A session missing from the answer was skipped: its key exists already."""
     if not batch:
         return {}
-    rows = json.dumps([s.as_json() for s in batch], separators=(",", ":"))
+    rows = json_text.dumps([s.as_json() for s in batch])
     result = await conn.execute(_INSERT, {**_PARAMS, "rows": rows})
     return {r.id: Inserted(r.created_at, r.status_changed_at) for r in result}
 
