@@ -53,16 +53,21 @@ async def test_json_and_jsonb_columns_come_back_exact(settings: Settings) -> Non
 BATCH = [
     {"n": 123456789012345678901234567890, "t": 'é " \\ \n\u2028 end', "d": {"k": [1, 2.5, None, True]}},
     {"n": -1, "t": "", "d": {}},
+    {"n": 0, "t": "lone \ud800", "d": {"k\udfff": "v"}},
 ]
+STORED = [*BATCH[:2], {"n": 0, "t": "lone \ufffd", "d": {"k\ufffd": "v"}}]
 
 
 def test_dumps_writes_what_json_reads_back_alike() -> None:
-    assert json.loads(dumps(BATCH)) == BATCH
+    assert json.loads(dumps(BATCH)) == STORED
     assert (
         dumps({"at": dt.datetime(2026, 11, 30, 1, 2, 3, 4, tzinfo=dt.UTC)})
         == '{"at":"2026-11-30T01:02:03.000004Z"}'
     )
     assert dumps([math.nan, math.inf]) == "[null,null]"  # json.dumps: NaN, which PostgreSQL refuses
+    # a lone surrogate (an agent's message may carry one): U+FFFD, where json.dumps wrote an
+    # escape PostgreSQL refused
+    assert dumps({"m\ud800": ["a\udc00b", ("\ud83d",)]}) == '{"m\ufffd":["a\ufffdb",["\ufffd"]]}'
 
 
 async def test_a_batch_reads_back_through_jsonb_to_recordset(settings: Settings) -> None:
@@ -78,6 +83,6 @@ async def test_a_batch_reads_back_through_jsonb_to_recordset(settings: Settings)
                     {"b": dumps(BATCH)},
                 )
             ).all()
-        assert [(int(r.n), r.txt, r.d) for r in rows] == [(b["n"], b["t"], b["d"]) for b in BATCH]
+        assert [(int(r.n), r.txt, r.d) for r in rows] == [(b["n"], b["t"], b["d"]) for b in STORED]
     finally:
         await engine.dispose()
