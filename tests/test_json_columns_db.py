@@ -6,8 +6,10 @@ give it), and the writers' batches are encoded by msgspec into JSON PostgreSQL r
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import json
 import math
+import uuid
 
 import pytest
 from sqlalchemy import text
@@ -68,6 +70,18 @@ def test_dumps_writes_what_json_reads_back_alike() -> None:
     # a lone surrogate (an agent's message may carry one): U+FFFD, where json.dumps wrote an
     # escape PostgreSQL refused
     assert dumps({"m\ud800": ["a\udc00b", ("\ud83d",)]}) == '{"m\ufffd":["a\ufffdb",["\ufffd"]]}'
+
+
+class _Odd:
+    def __str__(self) -> str:
+        return "odd"
+
+
+def test_as_text_writes_what_json_cannot_say_as_its_str() -> None:
+    value = {"o": _Odd(), "u": uuid.UUID(int=1), "d": decimal.Decimal("1.50")}
+    assert dumps(value, as_text=True) == '{"o":"odd","u":"00000000-0000-0000-0000-000000000001","d":"1.50"}'
+    with pytest.raises(TypeError):
+        dumps(value)
 
 
 async def test_a_batch_reads_back_through_jsonb_to_recordset(settings: Settings) -> None:

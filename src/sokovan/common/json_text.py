@@ -18,17 +18,21 @@ from typing import Any
 import msgspec
 
 _ENCODER = msgspec.json.Encoder()
+_AS_TEXT = msgspec.json.Encoder(enc_hook=str)
 _DECODER = msgspec.json.Decoder()
 
 
-def dumps(value: Any) -> str:
-    """`value` as compact JSON text: JSON's own types, and datetimes as RFC 3339. A lone surrogate
-    in a string (which no UTF-8 text, and so no jsonb, can hold; an agent's message could carry
-    one) is written as U+FFFD, where `json.dumps` wrote an escape PostgreSQL refused."""
+def dumps(value: Any, *, as_text: bool = False) -> str:
+    """`value` as compact JSON text: JSON's own types, datetimes as RFC 3339, UUIDs, enums and
+    decimals as their text; with `as_text`, any other value as its `str()` (as `json.dumps` with
+    `default=str` wrote it), else such a value is refused (TypeError). A lone surrogate in a string
+    (which no UTF-8 text, and so no jsonb, can hold; an agent's message could carry one) is written
+    as U+FFFD, where `json.dumps` wrote an escape PostgreSQL refused."""
+    encoder = _AS_TEXT if as_text else _ENCODER
     try:
-        return _ENCODER.encode(value).decode()
+        return encoder.encode(value).decode()
     except UnicodeEncodeError:
-        return _ENCODER.encode(_mended(value)).decode()
+        return encoder.encode(_mended(value)).decode()
 
 
 def _mended(value: Any) -> Any:

@@ -8,7 +8,6 @@ in id order by every writer, so two writers never deadlock on the same kernels.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sokovan.bus.user_events import UserEvent
+from sokovan.common import json_text
 from sokovan.common.types import KernelStatus
 
 
@@ -202,7 +202,7 @@ async def apply_kernel_transitions(
         for t in transitions
     ]
     params = {
-        "batch": json.dumps(batch, default=str),
+        "batch": json_text.dumps(batch, as_text=True),
         "ids": [t.kernel_id for t in transitions],
         "now": dt.datetime.now(dt.UTC),
     }

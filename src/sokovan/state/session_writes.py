@@ -15,7 +15,6 @@ kernels by new PENDING ones (`replace_kernels`): the history row names the old k
 from __future__ import annotations
 
 import datetime as dt
-import json
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +23,7 @@ from sqlalchemy import bindparam, delete, insert, select, text, update
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from sokovan.common import json_text
 from sokovan.common.types import KernelStatus, SessionStatus
 from sokovan.db.among import among, among_bound
 from sokovan.db.models import Kernel, Session, SessionSchedulingHistory
@@ -162,8 +162,8 @@ async def _write_history(
     if session_rows or inserts:
         final = _final(list(session_rows))
         ids = [row["id"] for row in final]
-        history = json.dumps(inserts, default=str)
-        await conn.execute(_WRITE, {"sessions": json.dumps(final), "ids": ids, "history": history})
+        history = json_text.dumps(inserts, as_text=True)
+        await conn.execute(_WRITE, {"sessions": json_text.dumps(final), "ids": ids, "history": history})
     if merges:
         await conn.execute(_MERGE, [{**m, "b_now": now or dt.datetime.now(dt.UTC)} for m in merges])
 
