@@ -3,7 +3,7 @@
 `BENCH_PROFILE=<phase>` (idle, steady, low_rate, release) with `BENCH_PYSPY` (the py-spy
 program, default `py-spy` on PATH) records each manager process at 100 Hz while that phase runs and
 writes py-spy's raw (collapsed) stacks to `.dev/bench/profile-<phase>-<pid>.txt`; `profile_summary`
-folds them into the functions that hold the most samples. py-spy is not a project dependency:
+charges each sample to the project's innermost function on its stack. py-spy is not a dependency:
 the bench runs without it, and asks for it only when told to profile.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -36,22 +37,14 @@ class PhaseProfile:
         OUT.mkdir(parents=True, exist_ok=True)
         for pid in pids:
             path = OUT / f"profile-{self.phase}-{pid}.txt"
-            cmd = [
-                self.program,
-                "record",
-                "--pid",
-                str(pid),
-                "--rate",
-                "100",
-                "--format",
-                "raw",
-                "--nonblocking",
-            ]
+            # --nonblocking: the manager is sampled without being paused for each sample
+            cmd = [self.program, "record", "--pid", str(pid), "--rate", "100", "--format", "raw"]
+            cmd += ["--nonblocking"]
             proc = subprocess.Popen([*cmd, "--output", str(path)], stdout=subprocess.DEVNULL)
             self._procs.append((proc, path))
 
     def stop(self) -> dict[str, float]:
-        """Stop recording; the largest self and total shares of the samples, as bench figures."""
+        """Stop recording; the project's functions holding the most samples, as bench figures."""
         paths = []
         for proc, path in self._procs:
             proc.send_signal(signal.SIGINT)  # only the recorder this phase started
@@ -61,20 +54,28 @@ class PhaseProfile:
         return profile_summary(paths, self.phase) if paths else {}
 
 
+# Threads py-spy counts as busy that /proc shows idle: grpc's poller (aetcd's channel) and an idle
+# executor thread. Their stacks hold no frame of ours.
+IDLE_THREAD_LEAVES = ("Thread.run (threading.py", "_worker (concurrent/futures/thread.py")
+
+
 def profile_summary(paths: list[Path], phase: str, top: int = 25) -> dict[str, float]:
-    """The functions with the most samples (total, that is on the stack) in collapsed stacks."""
-    total: collections.Counter[str] = collections.Counter()
+    """Each sample charged to the innermost frame of the project's code on its stack (or its
+    innermost frame, when none is: the event loop's own C code shows as `run`), in percent of the
+    samples, the idle threads' left out."""
+    own: collections.Counter[str] = collections.Counter()
     count = 0
     for path in paths:
         if not path.exists():
             continue
         for line in path.read_text().splitlines():
             stack, _, n = line.rpartition(" ")
-            if not n.isdigit():
+            frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
+            if not n.isdigit() or not frames or frames[-1].startswith(IDLE_THREAD_LEAVES):
                 continue
+            ours = [f for f in frames if "sokovan/" in f]
+            own[ours[-1] if ours else frames[-1]] += int(n)
             count += int(n)
-            for frame in set(stack.split(";")):
-                total[frame] += int(n)
     if not count:
         return {}
-    return {f"profile_{phase}_{frame}": round(100 * n / count, 1) for frame, n in total.most_common(top)}
+    return {f"profile_{phase}_{frame}": round(100 * n / count, 1) for frame, n in own.most_common(top)}
