@@ -146,3 +146,15 @@ async def test_redis_away_is_503(ctx: ManagerContext) -> None:
         assert problem.status == 503 and problem.headers == {"Retry-After": "5"}
     finally:
         await away.aclose()
+
+
+async def test_the_sweeper_ends_on_its_stop_flag_without_a_cancel(ctx: ManagerContext) -> None:
+    """The app's cleanup sets the flag as well as cancelling: a cancel lost as a sweep's Redis
+    call ended once left the sweeper running and the cleanup waiting on it."""
+    limits, stop = _limits(ctx, total=3), asyncio.Event()
+    sweeper = asyncio.create_task(limits.run(stop))
+    async with limits.hold("ak"):
+        await asyncio.sleep(0.25)  # a few sweeps
+    stop.set()
+    await asyncio.wait_for(sweeper, 2)  # no cancel: the flag alone ends it
+    assert sweeper.done() and not sweeper.cancelled()

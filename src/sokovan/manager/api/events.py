@@ -73,8 +73,10 @@ def setup(app: web.Application) -> None:
 
 async def _run_limits(app: web.Application) -> AsyncIterator[None]:
     """The worker's sweeps and lease refreshes (`StreamLimits.run`), while the app runs."""
-    task = asyncio.create_task(app[LIMITS_KEY].run(), name="event-stream-limits")
+    stop = asyncio.Event()
+    task = asyncio.create_task(app[LIMITS_KEY].run(stop), name="event-stream-limits")
     yield
+    stop.set()  # ends it within a sweep's interval even if the cancel below is lost
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task

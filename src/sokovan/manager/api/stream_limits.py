@@ -196,11 +196,17 @@ class StreamLimits:
         args: list[int | str] = [int(LEASE_TTL * 1000), *(lease.member for lease in leases)]
         await asyncio.wait_for(self._refresh(keys=keys, args=args), REDIS_TIMEOUT)
 
-    async def run(self) -> None:
-        """Sweep every SWEEP_INTERVAL and refresh every REFRESH_INTERVAL, until cancelled."""
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Sweep every SWEEP_INTERVAL and refresh every REFRESH_INTERVAL, until `stop` is set or
+        the task is cancelled. The flag besides the cancel: a cancel that arrives while a sweep's
+        Redis call ends can be lost (Python 3.11's `wait_for` returns the result then), and this
+        loop then ran on for good while the app's cleanup waited for it (a test's teardown hung
+        15 minutes, the task "cancelling" and still sweeping)."""
         next_refresh = time.monotonic() + REFRESH_INTERVAL
-        while True:
+        while stop is None or not stop.is_set():
             await asyncio.sleep(SWEEP_INTERVAL)
+            if stop is not None and stop.is_set():
+                return
             try:
                 await self.sweep()
                 if time.monotonic() >= next_refresh:
