@@ -70,8 +70,8 @@ class UserEvent(BaseModel):
         try:
             got = bytes(_slot(self, "_got"))
         except AttributeError:  # made here, not read off the channel
-            got = b"\n"
-        if b"\n" in got or b"\r" in got:  # not as a publisher wrote it: one line of it made here
+            got = b""
+        if not got or b"\n" in got or b"\r" in got:  # none, or not on one line: one made here
             got = self.wire().encode()
         frame = b"event: " + self.name.encode() + b"\ndata: " + got + b"\n\n"
         object.__setattr__(self, "_sse", frame)
